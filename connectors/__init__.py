@@ -1,0 +1,1 @@
+"""One module per vector database behind one small protocol."""

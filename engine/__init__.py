@@ -1,0 +1,1 @@
+"""shoal inference engine: catalogue, loading, batching, workers, queues, HTTP gateway."""

@@ -1,0 +1,96 @@
+"""HTTP clients for a shoal server: AsyncClient is the one implementation; Client runs it on a loop thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from engine.errors import InternalError, ShoalError, error_from_code
+from engine.results import to_encode_results
+from engine.schemas import build_encode_body
+from engine.wire import JSON, MSGPACK, decode_body, dumps_json, packb
+
+
+def raise_for_error(response: httpx.Response) -> None:
+    """Turn a non-2xx reply into the typed ShoalError its code names."""
+    if response.status_code < 400:
+        return
+    retry = response.headers.get("retry-after")
+    try:
+        body = decode_body(response.content, response.headers.get("content-type"))
+        detail = body.get("detail") or body.get("error") or {}
+        code, message = detail.get("code", ""), detail.get("message", response.text)
+    except (ShoalError, AttributeError):
+        code, message = "", response.text
+    err = error_from_code(code, message, float(retry) if retry else None)
+    if isinstance(err, InternalError):
+        err.status = response.status_code
+    raise err
+
+
+class AsyncClient:
+    """Talks to `shoal serve` (or any SIE-compatible server) over HTTP; msgpack by default."""
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8080",
+        *,
+        api_key: str | None = None,
+        timeout: float = 300.0,
+        use_json: bool = False,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout, headers=headers)
+        self._json = use_json
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        media = JSON if self._json else MSGPACK
+        content = dumps_json(body) if self._json else packb(body)
+        r = await self._http.post(path, content=content, headers={"Content-Type": media, "Accept": media})
+        raise_for_error(r)
+        return decode_body(r.content, r.headers.get("content-type"))
+
+    async def encode(
+        self,
+        model: str,
+        items: str | dict[str, Any] | list[str | dict[str, Any]],
+        *,
+        output_types: list[str] | None = None,
+        instruction: str | None = None,
+        output_dtype: str | None = None,
+        is_query: bool | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Any:
+        """Encode one item (returns one result) or a list (returns a list of results, in order)."""
+        single = not isinstance(items, list)
+        body = build_encode_body(
+            [items] if single else items,  # type: ignore[list-item]
+            output_types=output_types,
+            instruction=instruction,
+            output_dtype=output_dtype,
+            is_query=is_query,
+            options=options,
+        )
+        results = to_encode_results((await self._post(f"/v1/encode/{model}", body))["items"])
+        if self._json:
+            import numpy as np
+
+            for r in results:
+                if "dense" in r:
+                    r["dense"] = np.asarray(r["dense"])
+        return results[0] if single else results
+
+    async def models(self) -> list[dict[str, Any]]:
+        r = await self._http.get("/v1/models", headers={"Accept": JSON})
+        raise_for_error(r)
+        return r.json()["models"]
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

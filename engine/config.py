@@ -1,0 +1,29 @@
+"""Engine settings, typed and read in one place (arguments, then SHOAL_* environment variables)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class EngineSettings(BaseSettings):
+    """Every knob of the engine and gateway; `SHOAL_<NAME>` overrides a default."""
+
+    model_config = SettingsConfigDict(env_prefix="SHOAL_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    device: str = "cpu"
+    threads: int | None = Field(default=None, description="torch intra-op threads; None keeps torch's default")
+    max_items: int = Field(default=512, description="most items one request may carry")
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, description="largest accepted request body")
+    max_item_chars: int = Field(default=200_000, description="longest text of one item, before tokenizing")
+    batch_wait_ms: float = Field(default=2.0, description="how long a worker waits to fill a batch")
+    max_batch_tokens: int | None = Field(default=None, description="override every card's token budget")
+    request_timeout_s: float = Field(default=300.0, description="deadline given to each request")
+    api_key: str | None = Field(default=None, description="when set, requests need 'Authorization: Bearer KEY'")
+    model_dir: Path | None = Field(default=None, description="extra folder of model cards (*.yaml)")
+    preload: list[str] = Field(default_factory=list, description="models loaded at start-up")
+    offline: bool | None = Field(default=None, description="never download; None follows HF_HUB_OFFLINE")

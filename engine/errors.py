@@ -1,0 +1,82 @@
+"""Typed errors that carry a wire code, an HTTP status and an optional Retry-After."""
+
+from __future__ import annotations
+
+
+class ShoalError(Exception):
+    """Any failure a user can cause or see; carries the API.md error code."""
+
+    code = "INTERNAL"
+    status = 500
+    retry_after: float | None = None
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if retry_after is not None:
+            self.retry_after = retry_after
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class InvalidInput(ShoalError):
+    code, status = "INVALID_INPUT", 400
+
+
+class ModelNotFound(ShoalError):
+    code, status = "MODEL_NOT_FOUND", 404
+
+
+class PayloadTooLarge(ShoalError):
+    code, status = "PAYLOAD_TOO_LARGE", 413
+
+
+class Unauthorized(ShoalError):
+    code, status = "UNAUTHORIZED", 401
+
+
+class ModelLoadFailed(ShoalError):
+    code, status = "MODEL_LOAD_FAILED", 502
+
+
+class ModelLoading(ShoalError):
+    code, status, retry_after = "MODEL_LOADING", 503, 1.0
+
+
+class QueueFull(ShoalError):
+    code, status, retry_after = "QUEUE_FULL", 503, 1.0
+
+
+class ResourceExhausted(ShoalError):
+    code, status, retry_after = "RESOURCE_EXHAUSTED", 503, 1.0
+
+
+class DeadlineExceeded(ShoalError):
+    code, status = "DEADLINE_EXCEEDED", 504
+
+
+class InternalError(ShoalError):
+    code, status = "INTERNAL", 500
+
+
+ERRORS_BY_CODE: dict[str, type[ShoalError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidInput,
+        ModelNotFound,
+        PayloadTooLarge,
+        Unauthorized,
+        ModelLoadFailed,
+        ModelLoading,
+        QueueFull,
+        ResourceExhausted,
+        DeadlineExceeded,
+        InternalError,
+    )
+}
+
+
+def error_from_code(code: str, message: str, retry_after: float | None = None) -> ShoalError:
+    """Rebuild a typed error from its wire code (used by clients and queue results)."""
+    return ERRORS_BY_CODE.get(code, InternalError)(message, retry_after=retry_after)

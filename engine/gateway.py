@@ -1,0 +1,128 @@
+"""The HTTP gateway: validates and annotates requests, hands them to the engine's queue, shapes replies."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from engine.errors import InternalError, PayloadTooLarge, ShoalError, Unauthorized
+from engine.metrics import LATENCY, QUEUE_DEPTH, REQUESTS
+from engine.openai_compat import embeddings_body, embeddings_response
+from engine.runtime import AsyncEngine
+from engine.wire import decode_body, encode_response, response_type
+
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
+
+
+def error_response(err: ShoalError, openai: bool = False) -> JSONResponse:
+    """API.md's error body: {"detail": {code, message}}, or OpenAI's {"error": {...}} on OpenAI paths."""
+    if openai:
+        body: dict[str, Any] = {"error": {"message": err.message, "type": err.code.lower(), "code": err.code}}
+    else:
+        body = {"detail": err.to_dict()}
+    headers = {"Retry-After": str(max(1, round(err.retry_after)))} if err.retry_after is not None else None
+    return JSONResponse(body, status_code=err.status, headers=headers)
+
+
+def timing_headers(timing: dict[str, float]) -> dict[str, str]:
+    names = {"queue_ms": "X-Queue-Time", "tokenization_ms": "X-Tokenization-Time"}
+    names |= {"inference_ms": "X-Inference-Time", "total_ms": "X-Total-Time"}
+    return {h: f"{timing[k]:.2f}" for k, h in names.items() if k in timing}
+
+
+def create_app(engine: AsyncEngine) -> FastAPI:
+    """The FastAPI app over one engine; the engine starts and drains with the app."""
+    settings = engine.settings
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await engine.start()
+        yield
+        await engine.close()
+
+    app = FastAPI(title="shoal", version="0.1.0", lifespan=lifespan)
+    app.state.engine = engine
+
+    async def read_body(request: Request) -> Any:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > settings.max_body_bytes:
+            raise PayloadTooLarge(f"body of {declared} bytes is over the limit of {settings.max_body_bytes}")
+        raw = await request.body()
+        if len(raw) > settings.max_body_bytes:
+            raise PayloadTooLarge(f"body of {len(raw)} bytes is over the limit of {settings.max_body_bytes}")
+        return decode_body(raw, request.headers.get("content-type"))
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Response:
+        """Auth, metrics and the never-a-bare-500 rule for every path."""
+        path = request.url.path
+        openai = path in ("/v1/embeddings", "/v1/rerank")
+        started = time.perf_counter()
+        try:
+            authorized = request.headers.get("authorization", "") == f"Bearer {settings.api_key}"
+            if settings.api_key and not path.startswith(OPEN_PATHS) and not authorized:
+                raise Unauthorized("missing or wrong API key; send 'Authorization: Bearer <key>'")
+            response = await call_next(request)
+        except ShoalError as e:
+            response = error_response(e, openai)
+        except Exception as e:  # noqa: BLE001 - last resort: a typed 500, and the server stays up
+            response = error_response(InternalError(f"{type(e).__name__}: {e}"), openai)
+        if path.startswith("/v1/"):
+            model = request.scope.get("shoal_model", "")
+            REQUESTS.labels(path.split("/")[2], model, str(response.status_code)).inc()
+            LATENCY.labels(path.split("/")[2], model).observe(time.perf_counter() - started)
+        return response
+
+    @app.exception_handler(ShoalError)
+    async def _shoal_error(request: Request, err: ShoalError) -> JSONResponse:
+        return error_response(err, request.url.path in ("/v1/embeddings", "/v1/rerank"))
+
+    @app.post("/v1/encode/{model:path}")
+    async def encode(model: str, request: Request) -> Response:
+        request.scope["shoal_model"] = model
+        body = await read_body(request)
+        result = await engine.encode_body(model, body)
+        media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
+        headers = timing_headers(result.get("timing", {}))
+        return Response(encode_response(result, media), media_type=media, headers=headers)
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        body = await read_body(request)
+        model, wire_body, base64 = embeddings_body(body)
+        request.scope["shoal_model"] = model
+        result = await engine.encode_body(model, wire_body)
+        return JSONResponse(embeddings_response(model, result, base64))
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"models": await engine.models()}
+
+    @app.get("/v1/models/{model:path}")
+    async def model_detail(model: str) -> dict[str, Any]:
+        return await engine.model(model)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        if engine.ready and not engine.draining:
+            return JSONResponse({"status": "ready"})
+        state = "draining" if engine.draining else "starting"
+        return JSONResponse({"status": state}, status_code=503, headers={"Retry-After": "1"})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        if engine.queue is not None:
+            QUEUE_DEPTH.set(await engine.queue.depth())
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return app

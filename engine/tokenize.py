@@ -1,0 +1,44 @@
+"""Fast tokenisation with the model's own tokenizer; over-long input is truncated or refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from engine.errors import InvalidInput, ModelLoadFailed
+
+
+def load_tokenizer(folder: Path, max_len: int) -> Tokenizer:
+    """tokenizer.json when present, else the fast tokenizer transformers builds from vocab files."""
+    path = folder / "tokenizer.json"
+    if path.is_file():
+        tok = Tokenizer.from_file(str(path))
+    else:
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(folder), use_fast=True).backend_tokenizer
+        except Exception as e:  # noqa: BLE001 - any failure is a load failure with its reason
+            raise ModelLoadFailed(f"{folder}: no usable tokenizer: {e}") from e
+    tok.no_padding()
+    tok.enable_truncation(max_length=max_len)
+    return tok
+
+
+class TextTokenizer:
+    """Token ids per text; knows the model's length limit and the truncation policy."""
+
+    def __init__(self, tokenizer: Tokenizer, max_len: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_len = max_len
+
+    def __call__(self, texts: list[str], truncate: bool) -> list[list[int]]:
+        encodings = self.tokenizer.encode_batch(texts)
+        if not truncate:
+            for i, enc in enumerate(encodings):
+                if enc.overflowing:
+                    raise InvalidInput(
+                        f"item {i} is longer than the model's {self.max_len} tokens and truncation is off"
+                    )
+        return [enc.ids for enc in encodings]

@@ -1,0 +1,97 @@
+"""The worker loop: pull tasks, group them by model, run shared batches, settle every delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.config import EngineSettings
+from engine.encoding import run_encode
+from engine.errors import DeadlineExceeded, InternalError, ResourceExhausted, ShoalError
+from engine.metrics import BATCH_TOKENS, ITEMS, QUEUE_WAIT, TOKENS
+from engine.queue import Delivery, WorkQueue
+from engine.registry import ModelRegistry
+
+log = logging.getLogger("shoal.worker")
+
+
+@dataclass
+class WorkerStats:
+    """Counters a caller (or a test) can read: what this worker actually computed."""
+
+    batches: list[tuple[str, int, int]] = field(default_factory=list)  # (model, items, tokens)
+    items: int = 0
+    tokens: int = 0
+
+    def record(self, model: str, items: int, tokens: int) -> None:
+        self.batches.append((model, items, tokens))
+        self.items += items
+        self.tokens += tokens
+        BATCH_TOKENS.labels(model).observe(tokens)
+        TOKENS.labels(model).inc(tokens)
+        ITEMS.labels(model, "encode").inc(items)
+
+
+class Worker:
+    """One pull loop over a queue; forward passes run in a thread so the event loop stays free."""
+
+    def __init__(self, queue: WorkQueue, registry: ModelRegistry, settings: EngineSettings) -> None:
+        self.queue = queue
+        self.registry = registry
+        self.settings = settings
+        self.stats = WorkerStats()
+        self.pull_tokens = 4 * (settings.max_batch_tokens or 8192)
+
+    async def run(self) -> None:
+        while True:
+            deliveries = await self.queue.pull(
+                prefer=self.registry.resident(),
+                max_tasks=1024,
+                max_tokens=self.pull_tokens,
+                wait=self.settings.batch_wait_ms / 1000,
+            )
+            by_model: dict[str, list[Delivery]] = defaultdict(list)
+            for d in deliveries:
+                by_model[d.task.model].append(d)
+            for model, group in by_model.items():
+                await self.serve(model, group)
+
+    async def serve(self, model: str, group: list[Delivery]) -> None:
+        """Run one model's deliveries; every delivery is acked or termed, whatever happens."""
+        now = time.time()
+        live: list[Delivery] = []
+        for d in group:
+            QUEUE_WAIT.labels(model).observe(max(0.0, now - d.task.enqueued_at))
+            if d.task.deadline < now:
+                await d.term(DeadlineExceeded("the request's deadline passed while it waited in the queue"))
+            else:
+                live.append(d)
+        if not live:
+            return
+        try:
+            loaded = await self.registry.get(model)
+            card = loaded.card
+            profile = card.profile(loaded.profile_name())
+            budget = self.settings.max_batch_tokens or profile.max_batch_tokens
+            budget = max(budget, loaded.tokenizer.max_len)
+            outcomes = await asyncio.to_thread(
+                run_encode, loaded, [d.task for d in live], budget, profile.max_batch_items, self.stats.record
+            )
+        except ShoalError as e:
+            outcomes = [e] * len(live)
+        except torch.OutOfMemoryError as e:
+            outcomes = [ResourceExhausted(f"out of memory running {model!r}: {e}")] * len(live)
+        except Exception as e:  # noqa: BLE001 - the worker survives anything a batch throws
+            log.exception("batch for %s failed", model)
+            outcomes = [InternalError(f"{type(e).__name__}: {e}")] * len(live)
+        for d, outcome in zip(live, outcomes, strict=True):
+            if isinstance(outcome, ShoalError):
+                await d.term(outcome)
+            else:
+                outcome.setdefault("timing", {})["queue_ms"] = (now - d.task.enqueued_at) * 1000
+                await d.ack(outcome)

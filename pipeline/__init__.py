@@ -1,0 +1,1 @@
+"""Documents in, tasks out: sources, parsers, chunking, enrichment, the ingest manifest."""

@@ -1,0 +1,127 @@
+"""The `shoal` command line: serve, encode, models."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="shoal: serve many small models (embedders, rerankers, sparse, late interaction) from one engine.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
+    preload: Annotated[list[str] | None, typer.Option(help="model to load before ready (repeatable)")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
+    max_batch_tokens: Annotated[int | None, typer.Option(help="token budget of one batch (overrides cards)")] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="SHOAL_API_KEY", help="require 'Authorization: Bearer KEY'")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Run the HTTP server with the embedded in-process engine (no other service needed)."""
+    import uvicorn
+
+    from engine.config import EngineSettings
+    from engine.gateway import create_app
+    from engine.runtime import AsyncEngine
+
+    overrides = {
+        "host": host,
+        "port": port,
+        "preload": preload or [],
+        "model_dir": model_dir,
+        "threads": threads,
+        "max_batch_tokens": max_batch_tokens,
+        "api_key": api_key,
+    }
+    settings = EngineSettings(**{k: v for k, v in overrides.items() if v is not None})
+    uvicorn.run(create_app(AsyncEngine(settings)), host=host, port=port, log_level=log_level)
+
+
+@app.command()
+def encode(
+    texts: Annotated[
+        list[str] | None, typer.Argument(help="texts to encode; '-' or none reads lines from stdin")
+    ] = None,
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="catalogue id or local checkpoint folder")
+    ] = DEFAULT_MODEL,
+    url: Annotated[str | None, typer.Option(help="a shoal server; default runs the engine in-process")] = None,
+    query: Annotated[
+        bool, typer.Option("--query", help="encode as queries (adds the card's query instruction)")
+    ] = False,
+    dimensions: Annotated[int | None, typer.Option(help="Matryoshka truncation to this many dims")] = None,
+    dtype: Annotated[str, typer.Option(help="float32, float16, int8 or binary")] = "float32",
+) -> None:
+    """Encode texts and print one JSON line per text: {text, dims, dense}."""
+    from engine.errors import ShoalError
+
+    lines = texts if texts and texts != ["-"] else [ln.rstrip("\n") for ln in sys.stdin if ln.strip()]
+    if not lines:
+        raise typer.BadParameter("no texts given (pass them as arguments or on stdin)")
+    options = {"dimensions": dimensions} if dimensions else None
+    kwargs = {"is_query": query or None, "options": options, "output_dtype": dtype}
+    try:
+        if url:
+            from engine.sync import Client
+
+            with Client(url) as c:
+                results = c.encode(model, list(lines), **kwargs)
+        else:
+            from engine.sync import Engine
+
+            with Engine() as e:
+                results = e.encode(model, list(lines), **kwargs)
+    except ShoalError as e:
+        console.print(f"[red]{e.code}[/red]: {e.message}")
+        raise typer.Exit(1) from None
+    for text, r in zip(lines, results, strict=True):
+        vec = r["dense"]
+        print(json.dumps({"text": text, "dims": int(vec.shape[-1]), "dense": vec.tolist()}))
+
+
+@app.command()
+def models(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """List the model catalogue: tasks, outputs, dims and max length of each card."""
+    from engine.cards import Catalogue
+    from engine.runtime import model_info
+
+    infos = [model_info(c, False) for c in Catalogue().known()]
+    if as_json:
+        print(json.dumps(infos, indent=2))
+        return
+    table = Table(title="shoal model catalogue")
+    for col in ("model", "family", "tasks", "outputs", "dims", "max len"):
+        table.add_column(col)
+    for i in infos:
+        dims = ", ".join(f"{k}={v}" for k, v in i["dims"].items())
+        table.add_row(
+            i["name"],
+            i["family"],
+            ", ".join(i["tasks"]),
+            ", ".join(i["outputs"]),
+            dims,
+            str(i["max_sequence_length"]),
+        )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    app()
