@@ -42,3 +42,16 @@ class TextTokenizer:
                         f"item {i} is longer than the model's {self.max_len} tokens and truncation is off"
                     )
         return [enc.ids for enc in encodings]
+
+
+def tokenizer_for(model: str, model_dir: Path | None = None, offline: bool | None = None) -> TextTokenizer:
+    """The tokenizer a catalogue id (or checkpoint folder) uses, without loading its weights.
+
+    Callers outside the engine (chunking in the pipeline) count tokens with it.
+    """
+    from engine.cards import Catalogue
+    from engine.weights import resolve_weights
+
+    card = Catalogue(model_dir).get(model)
+    folder = resolve_weights(card, offline=offline)
+    return TextTokenizer(load_tokenizer(folder, card.max_seq_len), card.max_seq_len)

