@@ -1,0 +1,152 @@
+"""The pipeline config (YAML or TOML, pydantic-validated) and its fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_DB = "lancedb://./shoal-data"
+PIPELINE_VERSION = "1"  # bump when parsing/chunking output changes: every source is re-processed
+
+StepKind = Literal["dense", "multivector", "sparse", "entities", "classify"]
+DEFAULT_INCLUDE = ["**/*.pdf", "**/*.md", "**/*.markdown", "**/*.html", "**/*.htm", "**/*.txt", "**/*.rst"]
+
+
+class ConfigError(ValueError):
+    """A config a user wrote that cannot run; raised before any work starts."""
+
+    code = "INVALID_CONFIG"
+
+
+class SourceConfig(BaseModel):
+    """Which files the folder walk picks up."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    include: list[str] = Field(default_factory=lambda: list(DEFAULT_INCLUDE))
+    exclude: list[str] = Field(
+        default_factory=lambda: [".*", "node_modules", "__pycache__"],
+        description="globs pruning files and folders (a glob without / matches any name)",
+    )
+    max_file_mb: float = Field(default=32.0, gt=0, description="larger files are reported, not read")
+    invalid_utf8: Literal["fail", "replace"] = Field(
+        default="fail", description="a text file that is not valid UTF-8 fails, or decodes with U+FFFD"
+    )
+
+
+class ChunkConfig(BaseModel):
+    """Token-counted chunking with the embedding model's own tokenizer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target_tokens: int = Field(default=200, ge=16)
+    overlap_tokens: int = Field(default=32, ge=0)
+    headings: Literal["prepend", "none"] = Field(default="prepend", description="heading path as context")
+    tokenizer: str | None = Field(default=None, description="model whose tokenizer counts; default: dense model")
+
+    @model_validator(mode="after")
+    def _check(self) -> ChunkConfig:
+        if self.overlap_tokens >= self.target_tokens:
+            raise ValueError(f"overlap_tokens {self.overlap_tokens} must be below target_tokens {self.target_tokens}")
+        return self
+
+
+class Step(BaseModel):
+    """One enrichment step: a task sent through the shoal client API for every chunk."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: StepKind
+    model: str
+    labels: list[str] = Field(default_factory=list, description="entity or class labels (entities, classify)")
+    options: dict[str, Any] = Field(default_factory=dict, description="encode options, e.g. dimensions")
+    threshold: float | None = Field(default=None, description="minimum score kept (entities, classify)")
+
+    @model_validator(mode="after")
+    def _check(self) -> Step:
+        if self.kind in ("entities", "classify") and not self.labels:
+            raise ValueError(f"a {self.kind} step needs labels")
+        return self
+
+
+class EngineConfig(BaseModel):
+    """Where the tasks go: the in-process engine (no url) or a shoal server / cluster."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = None
+    api_key: str | None = None
+    batch_size: int = Field(default=64, ge=1, description="chunks per request")
+    in_flight: int = Field(default=4, ge=1, description="requests outstanding at once per step")
+
+
+class PipelineConfig(BaseModel):
+    """Everything an ingest run needs besides the folder: sources, chunking, steps, engine, store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    db: str = DEFAULT_DB
+    collection: str = Field(default="chunks", pattern=r"^[A-Za-z0-9_\-]+$")
+    source: SourceConfig = Field(default_factory=SourceConfig)
+    chunking: ChunkConfig = Field(default_factory=ChunkConfig)
+    steps: list[Step] = Field(default_factory=lambda: [Step(kind="dense", model=DEFAULT_MODEL)])
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    files_in_flight: int = Field(default=8, ge=1, description="documents parsed and enriched concurrently")
+    write_batch_rows: int = Field(default=512, ge=1, description="rows per store write")
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineConfig:
+        kinds = [s.kind for s in self.steps]
+        if kinds.count("dense") != 1:
+            raise ValueError("the pipeline needs exactly one dense step (it is what search uses)")
+        for kind in ("multivector", "sparse", "entities", "classify"):
+            if kinds.count(kind) > 1:
+                raise ValueError(f"at most one {kind} step")
+        return self
+
+    @property
+    def dense(self) -> Step:
+        return next(s for s in self.steps if s.kind == "dense")
+
+    def step(self, kind: StepKind) -> Step | None:
+        return next((s for s in self.steps if s.kind == kind), None)
+
+    def fingerprint(self, model_infos: dict[str, dict[str, Any]] | None = None) -> str:
+        """Hash of everything that shapes the stored chunks: chunking, steps, model versions, code version."""
+        shaping = {
+            "version": PIPELINE_VERSION,
+            "chunking": self.chunking.model_dump(),
+            "steps": [s.model_dump() for s in self.steps],
+            "invalid_utf8": self.source.invalid_utf8,
+            "models": {
+                m: {k: v for k, v in (info or {}).items() if k in ("name", "dims", "max_sequence_length", "revision")}
+                for m, info in sorted((model_infos or {}).items())
+            },
+        }
+        return hashlib.sha256(json.dumps(shaping, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def load_config(path: Path | str | None = None, **overrides: Any) -> PipelineConfig:
+    """Read a YAML or TOML config (or the defaults), apply non-None overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+            data = (tomllib.loads(text) if p.suffix == ".toml" else yaml.safe_load(text)) or {}
+        except (OSError, tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+            raise ConfigError(f"cannot read pipeline config {p}: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"pipeline config {p} must be a mapping at the top level")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"invalid pipeline config{f' {path}' if path else ''}:\n{e}") from e

@@ -1,0 +1,43 @@
+"""Shared fixtures: tiny checkpoints, the real MiniLM folder, an in-process engine, a live server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from tests.helpers import LiveServer, make_tiny_bert, minilm_dir  # noqa: E402
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    return minilm_dir()
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[object]:
+    import shoal
+
+    with shoal.Engine() as e:
+        yield e
+
+
+@pytest.fixture(scope="session")
+def server(tiny_bert: Path) -> Iterator[LiveServer]:
+    """A live `shoal serve` with small limits so the limit errors are cheap to provoke."""
+    env = {"SHOAL_MAX_ITEMS": "64", "SHOAL_MAX_BODY_BYTES": str(2 * 1024 * 1024)}
+    srv = LiveServer(env=env).wait_ready()
+    yield srv
+    srv.stop()

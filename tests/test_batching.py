@@ -1,0 +1,78 @@
+"""Batching: concurrent callers share batches under the token budget and get their own results, in order."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.batching import pack_by_budget
+from engine.config import EngineSettings
+from engine.runtime import AsyncEngine
+
+
+def test_pack_by_budget_respects_budget_and_covers_all() -> None:
+    lengths = [5, 300, 17, 64, 64, 1, 250, 128, 33, 2]
+    batches = pack_by_budget(lengths, max_tokens=320, max_items=4)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert sum(lengths[i] for i in b) <= 320
+        assert len(b) <= 4
+    flat = [lengths[i] for b in batches for i in b]
+    assert flat == sorted(flat)  # shortest first
+
+
+def test_pack_by_budget_item_cap_and_empty() -> None:
+    assert pack_by_budget([], 100, 4) == []
+    assert [len(b) for b in pack_by_budget([1] * 10, 1000, 4)] == [4, 4, 2]
+
+
+def _texts(caller: int, n: int) -> list[str]:
+    words = ["alpha", "beta", "gamma", "delta", "worker", "queue", "batch", "token", "vector", "engine"]
+    return [
+        " ".join(words[(caller + i + k) % len(words)] for k in range(1 + (caller * 7 + i * 3) % 40)) for i in range(n)
+    ]
+
+
+async def test_concurrent_callers_share_batches_under_budget(tiny_bert: Path) -> None:
+    budget = 256
+    settings = EngineSettings(max_batch_tokens=budget, batch_wait_ms=20)
+    async with AsyncEngine(settings) as eng:
+        model = str(tiny_bert)
+        # reference: each caller alone
+        alone = {c: await eng.encode(model, _texts(c, 6)) for c in range(12)}
+        eng.worker.stats.batches.clear()
+        together = await asyncio.gather(*(eng.encode(model, _texts(c, 6)) for c in range(12)))
+        batches = list(eng.worker.stats.batches)
+    assert batches, "the worker recorded no batches"
+    assert all(tokens <= budget for _, _, tokens in batches)
+    total_items = sum(items for _, items, _ in batches)
+    assert total_items == 12 * 6
+    # shared: far fewer batches than requests, and at least one batch mixes items of several callers
+    assert len(batches) < 12
+    assert max(items for _, items, _ in batches) > 6
+    for c, results in enumerate(together):
+        for got, want in zip(results, alone[c], strict=True):
+            np.testing.assert_allclose(got["dense"], want["dense"], atol=1e-5)
+
+
+async def test_results_keep_request_order_and_ids(tiny_bert: Path) -> None:
+    async with AsyncEngine(EngineSettings(max_batch_tokens=64)) as eng:
+        items = [{"id": f"x{i}", "text": t} for i, t in enumerate(_texts(3, 20))]
+        results = await eng.encode(str(tiny_bert), items)
+        singles = [await eng.encode(str(tiny_bert), it) for it in items]
+    assert [r["id"] for r in results] == [f"x{i}" for i in range(20)]
+    for r, s in zip(results, singles, strict=True):
+        np.testing.assert_allclose(r["dense"], s["dense"], atol=1e-5)
+
+
+@pytest.mark.parametrize("budget", [64, 100])
+async def test_budget_below_max_len_is_raised_to_fit_one_sequence(tiny_bert: Path, budget: int) -> None:
+    """A configured budget below the model's max length still serves full-length inputs."""
+    async with AsyncEngine(EngineSettings(max_batch_tokens=budget)) as eng:
+        long = " ".join(["cat"] * 500)
+        r = await eng.encode(str(tiny_bert), [long, "dog"])
+        assert len(r) == 2
+        assert all(t <= max(budget, 64) for _, _, t in eng.worker.stats.batches)
