@@ -86,8 +86,11 @@ class VectorStore(Protocol):
     def count(self, collection: str, where: str | None = None) -> int:
         """How many rows (matching an optional filter) the collection holds."""
 
-    def finalize(self, collection: str) -> None:
-        """After a run: build or refresh indexes once the table is large enough, compact small writes."""
+    def finalize(self, collection: str, changed: bool = True) -> None:
+        """After a run: build or refresh indexes once the table is large enough, compact small writes.
+
+        With `changed` False it only creates indexes that are missing (an unchanged store is not rewritten).
+        """
 
 
 def quote(value: str) -> str:

@@ -91,7 +91,11 @@ class LanceDBStore:
         return self._tables[name]
 
     def has_collection(self, name: str) -> bool:
-        return name in self.db.table_names(limit=1_000_000)
+        try:
+            self._table(name)
+            return True
+        except StoreError:
+            return False
 
     def ensure_collection(self, spec: CollectionSpec) -> None:
         schema = chunk_schema(spec)
@@ -186,13 +190,14 @@ class LanceDBStore:
 
     # -- maintenance ---------------------------------------------------------------------------------
 
-    def finalize(self, collection: str) -> None:
+    def finalize(self, collection: str, changed: bool = True) -> None:
         from lancedb.index import FTS, BTree, IvfPq, LabelList
         from lancedb.index import Bitmap as BitmapIdx
 
         table = self._table(collection)
         rows = table.count_rows()
         have = {tuple(ix.columns) for ix in table.list_indices()}
+        version = table.version
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if rows and ("text",) not in have:
@@ -207,7 +212,8 @@ class LanceDBStore:
                 sub = next(s for s in (dim // 16, dim // 8, dim // 4, 1) if s and dim % s == 0)
                 cfg = IvfPq(distance_type="cosine", num_partitions=max(1, rows // 4096), num_sub_vectors=sub)
                 table.create_index("vector", config=cfg, replace=True)
-            table.optimize(cleanup_older_than=timedelta(hours=1))
+            if changed or table.version != version:
+                table.optimize(cleanup_older_than=timedelta(hours=1))
 
 
 def rrf_fuse(rankings: list[list[Hit]], k: int, rrf_k: int = RRF_K) -> list[Hit]:

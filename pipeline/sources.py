@@ -78,7 +78,6 @@ def walk(root: Path | str, cfg: SourceConfig) -> Walk:
     if not root.is_dir():
         result.errors.append((str(root), "not a folder"))
         return result
-    max_bytes = int(cfg.max_file_mb * 1024 * 1024)
     seen_dirs: set[Path] = set()
 
     def visit(folder: Path, rel_folder: str) -> None:
@@ -113,9 +112,7 @@ def walk(root: Path | str, cfg: SourceConfig) -> Walk:
             except OSError as e:
                 result.errors.append((rel, f"cannot stat: {e.strerror or e}"))
                 continue
-            result.files.append(SourceFile(path, rel, size))
-            if size > max_bytes:
-                result.files[-1].size = size  # kept: the run reports it as too large, with its size
+            result.files.append(SourceFile(path, rel, size))  # over-size files are reported by the run
 
     visit(root, "")
     return result

@@ -1,4 +1,4 @@
-"""The `shoal` command line: serve, encode, models."""
+"""The `shoal` command line: serve, worker, encode, models, ingest, search, reindex."""
 
 from __future__ import annotations
 
@@ -32,8 +32,11 @@ def serve(
         str | None, typer.Option(envvar="SHOAL_API_KEY", help="require 'Authorization: Bearer KEY'")
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    queue: Annotated[
+        str | None, typer.Option(envvar="SHOAL_QUEUE_URL", help="nats://host:port: run as a gateway only")
+    ] = None,
 ) -> None:
-    """Run the HTTP server with the embedded in-process engine (no other service needed)."""
+    """Run the HTTP server: embedded in-process engine, or with --queue a gateway feeding `shoal worker`s."""
     import uvicorn
 
     from engine.config import EngineSettings
@@ -48,9 +51,38 @@ def serve(
         "threads": threads,
         "max_batch_tokens": max_batch_tokens,
         "api_key": api_key,
+        "queue_url": queue,
     }
     settings = EngineSettings(**{k: v for k, v in overrides.items() if v is not None})
-    uvicorn.run(create_app(AsyncEngine(settings)), host=host, port=port, log_level=log_level)
+    engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
+    uvicorn.run(create_app(engine), host=host, port=port, log_level=log_level)
+
+
+@app.command()
+def worker(
+    queue: Annotated[str, typer.Option(envvar="SHOAL_QUEUE_URL", help="the shared queue, nats://host:port")],
+    models: Annotated[
+        list[str] | None, typer.Option("--models", "-m", help="serve only these models (repeatable); default any")
+    ] = None,
+    preload: Annotated[list[str] | None, typer.Option(help="model to load before pulling (repeatable)")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
+    max_batch_tokens: Annotated[int | None, typer.Option(help="token budget of one batch (overrides cards)")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus /metrics on this port")] = None,
+) -> None:
+    """Pull tasks from the shared queue, batch them and answer; run as many as you like, anywhere."""
+    from engine.cluster import run_worker
+    from engine.config import EngineSettings
+
+    overrides = {
+        "queue_url": queue,
+        "worker_models": models or None,
+        "preload": preload or [],
+        "model_dir": model_dir,
+        "threads": threads,
+        "max_batch_tokens": max_batch_tokens,
+    }
+    run_worker(EngineSettings(**{k: v for k, v in overrides.items() if v is not None}), metrics_port)
 
 
 @app.command()
@@ -121,6 +153,13 @@ def models(
             str(i["max_sequence_length"]),
         )
     console.print(table)
+
+
+from pipeline.cli import ingest_command, reindex_command, search_command  # noqa: E402
+
+app.command("ingest")(ingest_command)
+app.command("search")(search_command)
+app.command("reindex")(reindex_command)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,156 @@
+"""Token-counted chunking with the embedding model's own tokenizer, on paragraph and sentence boundaries."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from tokenizers import Tokenizer
+
+from pipeline.config import ChunkConfig
+from pipeline.parsers import Document
+
+ID_NAMESPACE = uuid.UUID("6f1d2c4e-5b0a-4c7e-9a51-3e0b7c9d2f11")
+SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=\S)|\n+")
+
+
+@dataclass
+class Chunk:
+    """One piece of a document as stored: its text, the text embedded (with heading context), provenance."""
+
+    index: int
+    text: str
+    embed_text: str
+    start: int
+    end: int
+    pages: list[int]
+    headings: tuple[str, ...]
+    n_tokens: int
+    hash: str = ""
+    id: str = ""
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class _Unit:
+    text: str
+    start: int
+    end: int
+    page: int | None
+    headings: tuple[str, ...]
+    block: int
+    tokens: int
+
+
+class Chunker:
+    """Packs sentences into chunks of about `target_tokens`, never over the model's max length."""
+
+    def __init__(self, tokenizer: Tokenizer, max_len: int, cfg: ChunkConfig, reserve_text: str = "") -> None:
+        self.tok = Tokenizer.from_str(tokenizer.to_str())  # a private copy: counting must not truncate
+        self.tok.no_truncation()
+        self.tok.no_padding()
+        self.cfg = cfg
+        self.specials = len(self.tok.encode("", add_special_tokens=True).ids)
+        self.reserve = self.count([reserve_text])[0] if reserve_text else 0  # e.g. a document instruction
+        self.max_len = max_len
+
+    def count(self, texts: list[str]) -> list[int]:
+        return [len(e.ids) for e in self.tok.encode_batch(texts, add_special_tokens=False)] if texts else []
+
+    def context(self, headings: tuple[str, ...]) -> str:
+        return " > ".join(headings) + "\n\n" if headings and self.cfg.headings == "prepend" else ""
+
+    def _limit(self, headings: tuple[str, ...], ctx_tokens: dict[tuple[str, ...], int]) -> int:
+        room = self.max_len - self.specials - self.reserve - ctx_tokens[headings]
+        if room < 16:
+            raise ValueError(f"heading path {headings!r} leaves no room for text in {self.max_len} tokens")
+        return min(self.cfg.target_tokens, room)
+
+    def _units(self, doc: Document, ctx_tokens: dict[tuple[str, ...], int]) -> list[_Unit]:
+        """Sentences with offsets and token counts; a sentence over the limit is split at token offsets."""
+        pieces: list[tuple[str, int, int, int]] = []  # text, start, end, block
+        for bi, b in enumerate(doc.blocks):
+            pos = 0
+            for m in [*SENTENCE_END.finditer(b.text), None]:
+                end = m.start() if m else len(b.text)
+                s = b.text[pos:end]
+                if s.strip():
+                    lead = len(s) - len(s.lstrip())
+                    s = s.strip()
+                    pieces.append((s, b.start + pos + lead, b.start + pos + lead + len(s), bi))
+                pos = m.end() if m else pos
+        counts = self.count([p[0] for p in pieces])
+        units: list[_Unit] = []
+        for (text, start, end, bi), n in zip(pieces, counts, strict=True):
+            b = doc.blocks[bi]
+            limit = self._limit(b.headings, ctx_tokens)
+            if n <= limit:
+                units.append(_Unit(text, start, end, b.page, b.headings, bi, n))
+                continue
+            offsets = self.tok.encode(text, add_special_tokens=False).offsets
+            i = 0
+            while i < len(offsets):
+                j = min(i + limit, len(offsets))
+                k = j
+                while j < len(offsets) and k > i + limit // 2 and not text[offsets[k][0] - 1].isspace():
+                    k -= 1  # prefer to cut where a word starts
+                j = k if j < len(offsets) and k > i + limit // 2 else j
+                a, z = offsets[i][0], offsets[j - 1][1]
+                units.append(_Unit(text[a:z], start + a, start + z, b.page, b.headings, bi, j - i))
+                i = j
+        return units
+
+    def chunk(self, doc: Document, source_id: str) -> list[Chunk]:
+        heads = {b.headings for b in doc.blocks}
+        ctx_tokens = dict(zip(heads, self.count([self.context(h) for h in heads]), strict=True))
+        units = self._units(doc, ctx_tokens)
+        groups: list[list[_Unit]] = []
+        cur: list[_Unit] = []
+        total = 0
+        for i, u in enumerate(units):
+            limit = self._limit(u.headings, ctx_tokens)
+            new_block = not cur or cur[-1].block != u.block
+            block_left = sum(x.tokens for x in units[i:] if x.block == u.block) if new_block else 0
+            if cur and (
+                u.headings != cur[0].headings
+                or total + u.tokens > limit
+                or (new_block and total + block_left > limit and total >= limit // 2)  # end at a paragraph
+            ):
+                groups.append(cur)
+                carry: list[_Unit] = []
+                if u.headings == cur[0].headings and self.cfg.overlap_tokens:
+                    for prev in reversed(cur):
+                        if sum(x.tokens for x in carry) + prev.tokens > self.cfg.overlap_tokens:
+                            break
+                        carry.insert(0, prev)
+                    if carry and sum(x.tokens for x in carry) + u.tokens > limit:
+                        carry = []
+                cur, total = carry, sum(x.tokens for x in carry)
+            cur.append(u)
+            total += u.tokens
+        if cur:
+            groups.append(cur)
+        return finish_ids([c for g in groups for c in self._make(g)], source_id)
+
+    def _make(self, units: list[_Unit]) -> list[Chunk]:
+        text = ""
+        for prev, u in zip([None, *units], units, strict=False):
+            text += ("" if prev is None else " " if prev.block == u.block else "\n\n") + u.text
+        embed = self.context(units[0].headings) + text
+        n = self.count([embed])[0] + self.specials + self.reserve
+        if n > self.max_len and len(units) > 1:  # joins changed the count: split, never truncate
+            half = len(units) // 2
+            return self._make(units[:half]) + self._make(units[half:])
+        pages = sorted({u.page for u in units if u.page is not None})
+        return [Chunk(0, text, embed, units[0].start, units[-1].end, pages, units[0].headings, n)]
+
+
+def finish_ids(chunks: list[Chunk], source_id: str) -> list[Chunk]:
+    """Number the chunks and give each a content hash and a deterministic uuid5 id."""
+    for i, c in enumerate(chunks):
+        c.index = i
+        c.hash = hashlib.sha256(c.embed_text.encode()).hexdigest()[:16]
+        c.id = str(uuid.uuid5(ID_NAMESPACE, f"{source_id}\x00{i}\x00{c.hash}"))
+    return chunks

@@ -1,0 +1,198 @@
+"""The ingest manifest (SQLite in the store's data dir): per source its hash, fingerprint, chunk ids, status."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sources (
+    collection TEXT NOT NULL, path TEXT NOT NULL, root TEXT NOT NULL, rel TEXT NOT NULL,
+    content_hash TEXT, fingerprint TEXT, chunk_ids TEXT NOT NULL DEFAULT '[]',
+    pending_ids TEXT NOT NULL DEFAULT '[]', status TEXT NOT NULL, error TEXT,
+    size INTEGER, chunks INTEGER NOT NULL DEFAULT 0, updated_at REAL,
+    PRIMARY KEY (collection, path));
+CREATE INDEX IF NOT EXISTS sources_root ON sources (collection, root);
+CREATE TABLE IF NOT EXISTS roots (
+    collection TEXT NOT NULL, root TEXT NOT NULL, config TEXT NOT NULL, db TEXT NOT NULL,
+    last_run REAL, PRIMARY KEY (collection, root));
+CREATE TABLE IF NOT EXISTS collections (collection TEXT PRIMARY KEY, config TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, collection TEXT, root TEXT, started REAL, finished REAL,
+    status TEXT, summary TEXT);
+"""
+
+
+@dataclass
+class SourceRecord:
+    """What the manifest knows about one file."""
+
+    path: str
+    rel: str
+    content_hash: str | None
+    fingerprint: str | None
+    chunk_ids: list[str]
+    pending_ids: list[str]
+    status: str  # ok | failed
+    error: str | None
+
+
+class StoreLocked(Exception):
+    code = "STORE_LOCKED"
+
+
+class Manifest:
+    """One SQLite file; every method is a short transaction, safe to call from worker threads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+        self._mu = threading.Lock()
+        self._lock_file: Any = None
+
+    def close(self) -> None:
+        self.unlock()
+        self.db.close()
+
+    # -- run lock: one ingest per store at a time (released by the OS if the process dies) ----------
+
+    def lock(self) -> None:
+        f = open(self.path.with_suffix(".lock"), "w")  # noqa: SIM115 - held for the run
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise StoreLocked(f"another ingest is writing to this store ({self.path.parent})") from None
+        self._lock_file = f
+
+    def unlock(self) -> None:
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+
+    def _tx(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        with self._mu:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, args in statements:
+                    self.db.execute(sql, args)
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._mu:
+            return self.db.execute(sql, args).fetchall()
+
+    # -- sources ------------------------------------------------------------------------------------
+
+    def sources(self, collection: str, root: str | None = None) -> dict[str, SourceRecord]:
+        sql = "SELECT path, rel, content_hash, fingerprint, chunk_ids, pending_ids, status, error FROM sources"
+        sql += " WHERE collection = ?" + (" AND root = ?" if root else "")
+        rows = self._rows(sql, (collection, root) if root else (collection,))
+        return {
+            r[0]: SourceRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5]), r[6], r[7]) for r in rows
+        }
+
+    def add_pending(self, collection: str, root: str, items: list[tuple[str, str, list[str]]]) -> None:
+        """Before a write: remember the ids about to land, so a crash leaves no orphan behind."""
+        stmts = []
+        for path, rel, ids in items:
+            stmts.append(
+                (
+                    "INSERT INTO sources (collection, path, root, rel, status, pending_ids, updated_at) "
+                    "VALUES (?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (collection, path) DO UPDATE SET "
+                    "pending_ids = json((SELECT json_group_array(DISTINCT value) FROM "
+                    "(SELECT value FROM json_each(sources.pending_ids) UNION SELECT value FROM json_each(?))))",
+                    (collection, path, root, rel, json.dumps(ids), time.time(), json.dumps(ids)),
+                )
+            )
+        self._tx(stmts)
+
+    def commit(self, collection: str, items: list[dict[str, Any]]) -> None:
+        """After a write and the removal of stale chunks: the source's new state, pending cleared."""
+        self._tx(
+            [
+                (
+                    "UPDATE sources SET content_hash = ?, fingerprint = ?, chunk_ids = ?, pending_ids = '[]', "
+                    "status = 'ok', error = NULL, size = ?, chunks = ?, updated_at = ? WHERE collection = ? AND path = ?",
+                    (
+                        it["hash"],
+                        it["fingerprint"],
+                        json.dumps(it["ids"]),
+                        it["size"],
+                        len(it["ids"]),
+                        time.time(),
+                        collection,
+                        it["path"],
+                    ),
+                )  # fmt: skip
+                for it in items
+            ]
+        )
+
+    def fail(self, collection: str, root: str, path: str, rel: str, content_hash: str | None, reason: str) -> None:
+        """A file that could not be ingested: its reason is kept; its last good chunks (if any) stay."""
+        self._tx(
+            [
+                (
+                    "INSERT INTO sources (collection, path, root, rel, content_hash, status, error, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, 'failed', ?, ?) ON CONFLICT (collection, path) DO UPDATE SET "
+                    "status = 'failed', error = excluded.error, updated_at = excluded.updated_at",
+                    (collection, path, root, rel, content_hash, reason, time.time()),
+                )
+            ]
+        )
+
+    def remove(self, collection: str, paths: list[str]) -> None:
+        self._tx([("DELETE FROM sources WHERE collection = ? AND path = ?", (collection, p)) for p in paths])
+
+    # -- roots, collections, runs -------------------------------------------------------------------
+
+    def record_root(self, collection: str, root: str, config: dict[str, Any], db: str) -> None:
+        self._tx(
+            [
+                (
+                    "INSERT INTO roots (collection, root, config, db, last_run) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (collection, root) DO UPDATE SET config = excluded.config, db = excluded.db, "
+                    "last_run = excluded.last_run",
+                    (collection, root, json.dumps(config), db, time.time()),
+                ),
+                (
+                    "INSERT INTO collections (collection, config) VALUES (?, ?) "
+                    "ON CONFLICT (collection) DO UPDATE SET config = excluded.config",
+                    (collection, json.dumps(config)),
+                ),
+            ]
+        )
+
+    def roots(self, collection: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+        """(collection, root, config) of every recorded root."""
+        sql = "SELECT collection, root, config FROM roots" + (" WHERE collection = ?" if collection else "")
+        return [(c, r, json.loads(cfg)) for c, r, cfg in self._rows(sql, (collection,) if collection else ())]
+
+    def collection_config(self, collection: str) -> dict[str, Any] | None:
+        rows = self._rows("SELECT config FROM collections WHERE collection = ?", (collection,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def record_run(self, collection: str, root: str, started: float, status: str, summary: dict[str, Any]) -> None:
+        self._tx(
+            [
+                (
+                    "INSERT INTO runs (collection, root, started, finished, status, summary) VALUES (?, ?, ?, ?, ?, ?)",
+                    (collection, root, started, time.time(), status, json.dumps(summary, default=str)),
+                )
+            ]
+        )
