@@ -6,10 +6,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.cards import ModelCard, WeightSource
+from engine.cards import ModelCard, ScoreSpec, SparseSpec, WeightSource
 from engine.errors import ModelLoadFailed
 
-FAMILY_BY_MODEL_TYPE = {"bert": "bert"}
+FAMILY_BY_MODEL_TYPE = {
+    "bert": "bert",
+    "xlm-roberta": "xlm_roberta",
+    "roberta": "xlm_roberta",
+    "modernbert": "modernbert",
+    "qwen3": "qwen3",
+    "llama": "llama",
+}
+DECODERS = ("qwen3", "llama")
 
 
 def read_json(path: Path) -> dict[str, Any] | list[Any] | None:
@@ -55,18 +63,31 @@ def infer_card(folder: Path, model_id: str) -> ModelCard:
         raise ModelLoadFailed(f"{folder}: architecture {model_type!r} is not supported yet")
     pooling, normalize = _pooling_from_st(folder)
     st_cfg = read_json(folder / "sentence_bert_config.json") or {}
-    max_len = int(st_cfg.get("max_seq_length") or config.get("max_position_embeddings", 512))
-    max_len = min(max_len, int(config.get("max_position_embeddings", max_len)))
+    positions = int(config.get("max_position_embeddings", 512))
+    if family == "xlm_roberta":
+        positions -= int(config.get("pad_token_id", 1)) + 1
+    max_len = min(int(st_cfg.get("max_seq_length") or positions), positions, 8192)
     budget = max(8192, max_len)
+    # the head follows the checkpoint's class: a classifier scores pairs, a masked LM is a SPLADE encoder
+    arch = " ".join(config.get("architectures") or [])
+    tasks, outputs, score, sparse = ["encode"], ["dense"], None, None
+    if "ForSequenceClassification" in arch:
+        tasks, outputs, score = ["score"], ["score"], ScoreSpec(kind="classifier")
+    elif "ForMaskedLM" in arch and pooling is None:
+        outputs, sparse = ["sparse"], SparseSpec(kind="splade", vocab_size=int(config["vocab_size"]))
     return ModelCard(
         id=model_id,
         family=family,
         description=f"local checkpoint {folder}",
         source=WeightSource(path=folder),
+        tasks=tasks,
+        outputs=outputs,
         dense_dim=int(config["hidden_size"]),
-        pooling=pooling or "cls",
+        pooling=pooling or ("last" if family in DECODERS else "cls"),
         normalize=normalize,
         max_seq_len=max_len,
         truncate=True,
+        score=score,
+        sparse=sparse,
         profiles={"default": {"max_batch_tokens": budget}},
     )

@@ -8,7 +8,7 @@ import httpx
 
 from engine.errors import InternalError, ShoalError, error_from_code
 from engine.results import to_encode_results
-from engine.schemas import build_encode_body
+from engine.schemas import build_encode_body, build_score_body
 from engine.wire import JSON, MSGPACK, decode_body, dumps_json, packb
 
 
@@ -79,7 +79,24 @@ class AsyncClient:
             for r in results:
                 if "dense" in r:
                     r["dense"] = np.asarray(r["dense"])
+                if "multivector" in r:
+                    r["multivector"] = np.asarray(r["multivector"], dtype=np.float32)
+                if "sparse" in r:
+                    r["sparse"] = {k: np.asarray(v) for k, v in r["sparse"].items()}
         return results[0] if single else results
+
+    async def score(
+        self,
+        model: str,
+        query: str | dict[str, Any],
+        items: list[str | dict[str, Any]],
+        *,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
+        body = build_score_body(query, items, instruction=instruction, options=options)
+        return await self._post(f"/v1/score/{model}", body)
 
     async def models(self) -> list[dict[str, Any]]:
         r = await self._http.get("/v1/models", headers={"Accept": JSON})

@@ -8,12 +8,15 @@ from typing import Any
 
 import torch
 
+from engine import outputs
 from engine.arch.pooling import l2_normalize
 from engine.batching import pack_by_budget
 from engine.errors import ShoalError
+from engine.lora import task_adapter
+from engine.outputs import Sparse
 from engine.postprocess import quantize, truncate_dims
 from engine.queue import Task
-from engine.runner import LoadedModel
+from engine.runner import Encoded, LoadedModel
 
 BatchHook = Callable[[str, int, int], None]  # (model, items, tokens) of each forward batch
 
@@ -50,6 +53,36 @@ def _shape_dense(model: LoadedModel, task: Task, pooled: torch.Tensor) -> list[d
     return out
 
 
+def _shape_multivector(model: LoadedModel, task: Task, rows: list[torch.Tensor]) -> list[dict[str, Any]]:
+    dtype = task.params.get("output_dtype", "float32")
+    return [
+        {
+            "token_dims": int(r.shape[1]),
+            "num_tokens": int(r.shape[0]),
+            "dtype": dtype,
+            "values": quantize(r.numpy(), dtype),
+        }
+        for r in rows
+    ]
+
+
+def _shape_sparse(model: LoadedModel, rows: list[Sparse]) -> list[dict[str, Any]]:
+    dims = int(model.backbone.config.vocab_size)
+    return [{"dims": dims, "dtype": "float32", "indices": ids, "values": vals} for ids, vals in rows]
+
+
+def encode_task_inputs(model: LoadedModel, task: Task) -> list[Encoded]:
+    """Tokenise one encode task: instruction prefix, truncation policy, query/document markers."""
+    options = task.params.get("options") or {}
+    truncate = options.get("truncate")
+    truncate = model.card.truncate if truncate is None else truncate
+    encoded = model.encode_texts(task_texts(model, task), truncate=truncate, is_query=bool(options.get("is_query")))
+    adapter = task_adapter(model, task.params)  # loaded and checked here: a bad adapter fails only its task
+    for e in encoded:
+        e.lora = adapter
+    return encoded
+
+
 def run_encode(
     model: LoadedModel,
     tasks: list[Task],
@@ -60,39 +93,58 @@ def run_encode(
     """Results (or the error) of each task, in order; tasks share forward batches."""
     started = time.perf_counter()
     outcomes: list[dict[str, Any] | ShoalError] = [{} for _ in tasks]
-    seqs: list[list[int]] = []
-    owners: list[tuple[int, int]] = []  # (task index, item index) of each sequence
+    seqs: list[Encoded] = []
+    owners: list[int] = []  # task index of each sequence
+    kinds: set[str] = set()
     for t, task in enumerate(tasks):
-        truncate = (task.params.get("options") or {}).get("truncate")
-        truncate = model.card.truncate if truncate is None else truncate
         try:
-            ids = model.tokenizer(task_texts(model, task), truncate=truncate)
+            encoded = encode_task_inputs(model, task)
         except ShoalError as e:
             outcomes[t] = e
             continue
-        seqs.extend(ids)
-        owners.extend((t, i) for i in range(len(ids)))
+        seqs.extend(encoded)
+        owners.extend([t] * len(encoded))
+        kinds.update(task.params.get("output_types") or ["dense"])
     tokenized = time.perf_counter()
 
-    pooled: list[torch.Tensor | None] = [None] * len(seqs)
-    for batch in pack_by_budget([len(s) for s in seqs], max_tokens, max_items):
-        rows = model.embed([seqs[i] for i in batch])  # [b, hidden]
+    produced: dict[str, list[Any]] = {k: [None] * len(seqs) for k in kinds}
+    for batch in pack_by_budget([len(s.ids) for s in seqs], max_tokens, max_items):
+        group = [seqs[i] for i in batch]
+        hidden, packed = model.forward(group)  # [T, hidden]
+        rows: dict[str, list[Any]] = {}
+        if "dense" in kinds:
+            rows["dense"] = list(outputs.dense(model, hidden, packed))
+        if "multivector" in kinds:
+            rows["multivector"] = outputs.multivector(model, hidden, packed, group)
+        if "sparse" in kinds:
+            rows["sparse"] = outputs.sparse(model, hidden, packed, group)
         if on_batch is not None:
-            on_batch(model.card.id, len(batch), sum(len(seqs[i]) for i in batch))
-        for row, i in zip(rows, batch, strict=True):
-            pooled[i] = row
+            on_batch(model.card.id, len(batch), packed.num_tokens)
+        for kind, values in rows.items():
+            for i, value in zip(batch, values, strict=True):
+                produced[kind][i] = value
     inferred = time.perf_counter()
 
-    per_task: dict[int, list[torch.Tensor]] = {}
-    task_tokens = [0] * len(tasks)
-    for (t, _), row, seq in zip(owners, pooled, seqs, strict=True):
-        per_task.setdefault(t, []).append(row)
-        task_tokens[t] += len(seq)
     timing = {
         "tokenization_ms": (tokenized - started) * 1000,
         "inference_ms": (inferred - tokenized) * 1000,
     }
-    for t, rows in per_task.items():
-        items = _shape_dense(model, tasks[t], torch.stack(rows))
-        outcomes[t] = {"items": items, "timing": dict(timing), "usage": {"input_tokens": task_tokens[t]}}
+    by_task: dict[int, list[int]] = {}
+    for i, t in enumerate(owners):
+        by_task.setdefault(t, []).append(i)
+    for t, mine in by_task.items():
+        task = tasks[t]
+        items: list[dict[str, Any]] = [{"id": it["id"]} if it.get("id") is not None else {} for it in task.items]
+        for kind in task.params.get("output_types") or ["dense"]:
+            values = [produced[kind][i] for i in mine]
+            if kind == "dense":
+                shaped = [e["dense"] for e in _shape_dense(model, task, torch.stack(values))]
+            elif kind == "multivector":
+                shaped = _shape_multivector(model, task, values)
+            else:
+                shaped = _shape_sparse(model, values)
+            for entry, value in zip(items, shaped, strict=True):
+                entry[kind] = value
+        tokens = sum(len(seqs[i].ids) for i in mine)
+        outcomes[t] = {"items": items, "timing": dict(timing), "usage": {"input_tokens": tokens}}
     return outcomes

@@ -15,6 +15,7 @@ from engine.errors import InternalError, PayloadTooLarge, ShoalError, Unauthoriz
 from engine.metrics import LATENCY, QUEUE_DEPTH, REQUESTS
 from engine.openai_compat import embeddings_body, embeddings_response
 from engine.runtime import AsyncEngine
+from engine.schemas import rerank_body
 from engine.wire import decode_body, encode_response, response_type
 
 OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
@@ -91,6 +92,33 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
         headers = timing_headers(result.get("timing", {}))
         return Response(encode_response(result, media), media_type=media, headers=headers)
+
+    @app.post("/v1/score/{model:path}")
+    async def score(model: str, request: Request) -> Response:
+        request.scope["shoal_model"] = model
+        body = await read_body(request)
+        result = await engine.score_body(model, body)
+        media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
+        headers = timing_headers(result.get("timing", {}))
+        return Response(encode_response(result, media), media_type=media, headers=headers)
+
+    @app.post("/v1/rerank")
+    async def rerank(request: Request) -> Response:
+        """Cohere / Jina style: {model, query, documents, top_n?, return_documents?} -> {model, results}."""
+        body = await read_body(request)
+        model, score_body, top_n, return_documents = rerank_body(body)
+        request.scope["shoal_model"] = model
+        result = await engine.score_body(model, score_body)
+        results = []
+        for s in result["scores"][:top_n]:
+            index = int(s["item_id"])
+            entry: dict[str, Any] = {"index": index, "relevance_score": s["score"]}
+            if return_documents:
+                entry["document"] = {"text": score_body["items"][index]["text"]}
+            results.append(entry)
+        usage = result.get("usage", {})
+        out = {"model": model, "results": results, "usage": {"total_tokens": usage.get("input_tokens", 0)}}
+        return JSONResponse(out, headers=timing_headers(result.get("timing", {})))
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:

@@ -15,7 +15,7 @@ from engine.metrics import QUEUE_DEPTH
 from engine.queue import InProcessQueue, Task, WorkQueue
 from engine.registry import ModelRegistry
 from engine.results import to_encode_results
-from engine.schemas import build_encode_body, parse_encode
+from engine.schemas import build_encode_body, build_score_body, parse_encode, parse_score
 from engine.worker import Worker
 
 log = logging.getLogger("shoal.engine")
@@ -35,7 +35,9 @@ class AsyncEngine:
         self.settings = settings or EngineSettings()
         self.catalogue = Catalogue(self.settings.model_dir)
         self.queue: WorkQueue | None = queue
-        self.registry = ModelRegistry(self.catalogue, self.settings.device, self.settings.offline)
+        self.registry = ModelRegistry(
+            self.catalogue, self.settings.device, self.settings.offline, settings=self.settings
+        )
         self.worker: Worker | None = None
         self._run_worker = worker
         self._tasks: list[asyncio.Task[None]] = []
@@ -49,12 +51,16 @@ class AsyncEngine:
             import torch
 
             torch.set_num_threads(self.settings.threads)
+        if self.queue is None and self.settings.queue_url:
+            from engine.nats_queue import NatsQueue  # distributed mode: nats-py is only needed here
+
+            self.queue = await NatsQueue.connect(self.settings, gateway=True, worker=self._run_worker)
         if self.queue is None:
             self.queue = InProcessQueue()
         if self._run_worker:
             self.worker = Worker(self.queue, self.registry, self.settings)
             self._tasks.append(asyncio.create_task(self.worker.run(), name="shoal-worker"))
-            for model in self.settings.preload:
+            for model in [*self.settings.preload, *self.registry.pinned_models()]:
                 await self.registry.get(model)
         self.ready = True
         return self
@@ -66,6 +72,7 @@ class AsyncEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         self._tasks.clear()
+        await self.registry.aclose()
         if self.queue is not None:
             await self.queue.close()
 
@@ -97,9 +104,10 @@ class AsyncEngine:
             raise InvalidInput(f"model {model!r} cannot produce {missing}; it produces {card.outputs}")
         if p.options.dimensions is not None and card.dense_dim and p.options.dimensions > card.dense_dim:
             raise InvalidInput(f"dimensions {p.options.dimensions} is over the model's {card.dense_dim}")
-        if p.options.lora is not None:
-            raise InvalidInput(f"model {model!r} has no LoRA adapter {p.options.lora!r}")
-        card.profile(p.options.profile)
+        lora = p.options.lora or card.profile(p.options.profile).lora
+        if lora is not None:  # a request's adapter, else its profile's: it must exist (400 otherwise)
+            self.registry.lora.resolve(card, lora)
+            p.options.lora = lora
         items = [item.model_dump(exclude_none=True) for item in req.items]
         return Task(
             model=model,
@@ -107,6 +115,35 @@ class AsyncEngine:
             items=items,
             params=p.model_dump(exclude_none=True),
             est_tokens=sum(estimate_tokens(it["text"]) for it in items),
+            deadline=time.time() + s.request_timeout_s,
+            tenant=tenant,
+        )
+
+    def annotate_score(self, model: str, body: Any, tenant: str | None = None) -> Task:
+        """Validate a score body cheaply and wrap it as a queue task (the candidates are its items)."""
+        card = self.card(model)
+        check_task(card, "score")
+        req = parse_score(body)
+        s = self.settings
+        if len(req.items) > s.max_items:
+            raise PayloadTooLarge(f"{len(req.items)} items is over the limit of {s.max_items} per request")
+        for i, item in enumerate([req.query, *req.items]):
+            if len(item.text) > s.max_item_chars:
+                where = "query" if i == 0 else f"items.{i - 1}"
+                raise PayloadTooLarge(f"{where}: {len(item.text)} characters is over {s.max_item_chars}")
+        card.profile(req.options.profile)
+        items = [item.model_dump(exclude_none=True) for item in req.items]
+        query = req.query.model_dump(exclude_none=True)
+        params: dict[str, Any] = {"query": query, "options": req.options.model_dump(exclude_none=True)}
+        if req.instruction is not None:
+            params["instruction"] = req.instruction
+        q_tokens = estimate_tokens(query["text"])
+        return Task(
+            model=model,
+            kind="score",
+            items=items,
+            params=params,
+            est_tokens=sum(q_tokens + estimate_tokens(it["text"]) for it in items),
             deadline=time.time() + s.request_timeout_s,
             tenant=tenant,
         )
@@ -155,6 +192,26 @@ class AsyncEngine:
         results = to_encode_results((await self.encode_body(model, body))["items"])
         return results[0] if single else results
 
+    async def score_body(self, model: str, body: Any) -> dict[str, Any]:
+        """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
+        started = time.perf_counter()
+        result = await self.submit(self.annotate_score(model, body))
+        result["timing"]["total_ms"] = (time.perf_counter() - started) * 1000
+        return {"model": model, **result}
+
+    async def score(
+        self,
+        model: str,
+        query: str | dict[str, Any],
+        items: list[str | dict[str, Any]],
+        *,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
+        body = build_score_body(query, items, instruction=instruction, options=options)
+        return await self.score_body(model, body)
+
     async def models(self) -> list[dict[str, Any]]:
         """What /v1/models lists: each card, whether it is loaded, and its outputs."""
         return [model_info(c, self.registry.is_loaded(c.id)) for c in self.catalogue.known()]
@@ -166,8 +223,14 @@ class AsyncEngine:
 
 def model_info(card: ModelCard, loaded: bool) -> dict[str, Any]:
     dims: dict[str, int] = {}
-    if card.dense_dim:
+    if card.dense_dim and "dense" in card.outputs:
         dims["dense"] = card.dense_dim
+    if card.multivector is not None and "multivector" in card.outputs:
+        dim = card.multivector.dim or card.dense_dim
+        if dim:
+            dims["multivector"] = dim
+    if card.sparse is not None and card.sparse.vocab_size:
+        dims["sparse"] = card.sparse.vocab_size
     return {
         "name": card.id,
         "description": card.description,

@@ -121,3 +121,81 @@ def build_encode_body(
     if params:
         body["params"] = params
     return body
+
+
+class ScoreOptions(BaseModel):
+    """Runtime switches of one score request (unknown keys are ignored, as SIE clients may send more)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    truncate: bool | None = None
+    profile: str | None = None
+
+
+class ScoreRequest(BaseModel):
+    """POST /v1/score/{model}: rank `items` against `query`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: Item
+    items: list[Item]
+    instruction: str | None = None
+    options: ScoreOptions = Field(default_factory=ScoreOptions)
+
+
+def parse_score(body: Any) -> ScoreRequest:
+    """Validate a score body or raise INVALID_INPUT; at least one candidate is required."""
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a map with 'query' and 'items'")
+    _check_media(body.get("items"))
+    _check_media([body.get("query")])
+    try:
+        req = ScoreRequest.model_validate(body)
+    except ValidationError as e:
+        raise InvalidInput(_describe(e)) from None
+    if not req.items:
+        raise InvalidInput("items must not be empty: give at least one candidate to score")
+    return req
+
+
+def build_score_body(
+    query: str | dict[str, Any],
+    items: list[str | dict[str, Any]],
+    *,
+    instruction: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The wire body for a score call; shared by every client."""
+    body: dict[str, Any] = {
+        "query": {"text": query} if isinstance(query, str) else dict(query),
+        "items": [{"text": it} if isinstance(it, str) else dict(it) for it in items],
+    }
+    if instruction is not None:
+        body["instruction"] = instruction
+    if options:
+        body["options"] = dict(options)
+    return body
+
+
+def rerank_body(body: Any) -> tuple[str, dict[str, Any], int | None, bool]:
+    """(model, native score body, top_n, return_documents) from a Cohere/Jina-style /v1/rerank request."""
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object with 'model', 'query' and 'documents'")
+    model, query, docs = body.get("model"), body.get("query"), body.get("documents")
+    if not isinstance(model, str) or not model:
+        raise InvalidInput("'model' is required")
+    if not isinstance(query, str):
+        raise InvalidInput("'query' must be a string")
+    if not isinstance(docs, list) or not docs:
+        raise InvalidInput("'documents' must be a non-empty list of strings or {text} objects")
+    texts = []
+    for i, d in enumerate(docs):
+        text = d.get("text") if isinstance(d, dict) else d
+        if not isinstance(text, str):
+            raise InvalidInput(f"documents.{i} must be a string or an object with 'text'")
+        texts.append(text)
+    top_n = body.get("top_n")
+    if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
+        raise InvalidInput("'top_n' must be a positive integer")
+    score = {"query": {"text": query}, "items": [{"id": str(i), "text": t} for i, t in enumerate(texts)]}
+    return model, score, top_n, bool(body.get("return_documents", False))

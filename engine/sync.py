@@ -78,6 +78,7 @@ class Engine(_SyncFacade):
 
     encode = _blocking("encode", AsyncEngine)
     encode_body = _blocking("encode_body", AsyncEngine)
+    score = _blocking("score", AsyncEngine)
     models = _blocking("models", AsyncEngine)
 
 
@@ -93,4 +94,5 @@ class Client(_SyncFacade):
         self._core = self._loop.run(make())
 
     encode = _blocking("encode", AsyncClient)
+    score = _blocking("score", AsyncClient)
     models = _blocking("models", AsyncClient)

@@ -43,6 +43,28 @@ class TextTokenizer:
                     )
         return [enc.ids for enc in encodings]
 
+    def pairs(self, pairs: list[tuple[str, str]], truncate: bool) -> list[tuple[list[int], list[int]]]:
+        """(ids, token type ids) of each (query, document) pair, as a cross-encoder reads them."""
+        encodings = self.tokenizer.encode_batch(pairs)
+        if not truncate:
+            for i, enc in enumerate(encodings):
+                if enc.overflowing:
+                    raise InvalidInput(
+                        f"pair {i} is longer than the model's {self.max_len} tokens and truncation is off"
+                    )
+        return [(enc.ids, enc.type_ids) for enc in encodings]
+
+    def plain(self, texts: list[str]) -> list[list[int]]:
+        """Token ids without special tokens and without truncation (prompt pieces)."""
+        return [enc.ids for enc in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+    def token_id(self, token: str) -> int | None:
+        return self.tokenizer.token_to_id(token)
+
+    def special_ids(self) -> set[int]:
+        """Ids of the special tokens ([CLS], </s>, <pad>, ...)."""
+        return {i for i, tok in self.tokenizer.get_added_tokens_decoder().items() if tok.special}
+
 
 def tokenizer_for(model: str, model_dir: Path | None = None, offline: bool | None = None) -> TextTokenizer:
     """The tokenizer a catalogue id (or checkpoint folder) uses, without loading its weights.

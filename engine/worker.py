@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.config import EngineSettings
-from engine.encoding import run_encode
 from engine.errors import DeadlineExceeded, InternalError, ResourceExhausted, ShoalError
 from engine.metrics import BATCH_TOKENS, ITEMS, QUEUE_WAIT, TOKENS
+from engine.oom import run_resilient
 from engine.queue import Delivery, WorkQueue
 from engine.registry import ModelRegistry
+from engine.scoring import run_tasks
 
 log = logging.getLogger("shoal.worker")
 
@@ -46,6 +47,7 @@ class Worker:
         self.settings = settings
         self.stats = WorkerStats()
         self.pull_tokens = 4 * (settings.max_batch_tokens or 8192)
+        self._cold: set[asyncio.Task[None]] = set()  # batches waiting for their model to load
 
     async def run(self) -> None:
         while True:
@@ -59,7 +61,12 @@ class Worker:
             for d in deliveries:
                 by_model[d.task.model].append(d)
             for model, group in by_model.items():
-                await self.serve(model, group)
+                if self.registry.is_loaded(model):
+                    await self.serve(model, group)
+                else:  # a cold model loads in the background; batches of resident models keep flowing
+                    task = asyncio.create_task(self.serve(model, group))
+                    self._cold.add(task)
+                    task.add_done_callback(self._cold.discard)
 
     async def serve(self, model: str, group: list[Delivery]) -> None:
         """Run one model's deliveries; every delivery is acked or termed, whatever happens."""
@@ -73,14 +80,20 @@ class Worker:
                 live.append(d)
         if not live:
             return
+        held = False
         try:
-            loaded = await self.registry.get(model)
+            loaded = await self.registry.acquire(model, self.settings.load_wait_s)  # not evicted while held
+            held = True
             card = loaded.card
             profile = card.profile(loaded.profile_name())
             budget = self.settings.max_batch_tokens or profile.max_batch_tokens
             budget = max(budget, loaded.tokenizer.max_len)
-            outcomes = await asyncio.to_thread(
-                run_encode, loaded, [d.task for d in live], budget, profile.max_batch_items, self.stats.record
+            outcomes = await run_resilient(  # out of memory: evict others and retry, then split
+                lambda tasks, tokens: run_tasks(loaded, tasks, tokens, profile.max_batch_items, self.stats.record),
+                [d.task for d in live],
+                budget,
+                loaded.tokenizer.max_len,
+                lambda: self.registry.free_device(model),
             )
         except ShoalError as e:
             outcomes = [e] * len(live)
@@ -89,6 +102,9 @@ class Worker:
         except Exception as e:  # noqa: BLE001 - the worker survives anything a batch throws
             log.exception("batch for %s failed", model)
             outcomes = [InternalError(f"{type(e).__name__}: {e}")] * len(live)
+        finally:
+            if held:
+                self.registry.release(model)
         for d, outcome in zip(live, outcomes, strict=True):
             if isinstance(outcome, ShoalError):
                 await d.term(outcome)

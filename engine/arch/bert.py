@@ -7,6 +7,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from engine.arch.heads import ClassifierHead, MLMHead
 from engine.arch.layers import PackedBatch, PostNormBlock
 
 
@@ -21,6 +22,11 @@ class BertConfig:
     type_vocab_size: int = 2
     hidden_act: str = "gelu"
     layer_norm_eps: float = 1e-12
+    position_offset: int = 0  # XLM-R counts positions from padding_idx + 1
+
+    @property
+    def max_len(self) -> int:
+        return self.max_position_embeddings - self.position_offset
 
     @classmethod
     def from_dict(cls, cfg: dict[str, Any]) -> BertConfig:
@@ -38,9 +44,10 @@ class BertEmbeddings(nn.Module):
         self.positions = nn.Embedding(c.max_position_embeddings, c.hidden_size)
         self.token_types = nn.Embedding(c.type_vocab_size, c.hidden_size)
         self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.offset = c.position_offset
 
     def forward(self, batch: PackedBatch) -> Tensor:
-        x = self.tokens(batch.input_ids) + self.positions(batch.positions)
+        x = self.tokens(batch.input_ids) + self.positions(batch.positions + self.offset)
         return self.norm(x + self.token_types(batch.token_type_ids))  # [T, hidden]
 
 
@@ -63,6 +70,25 @@ class Bert(nn.Module):
         return x  # [T, hidden]
 
 
+def num_labels(cfg: dict[str, Any]) -> int:
+    """Output count of a *ForSequenceClassification checkpoint."""
+    return len(cfg["id2label"]) if cfg.get("id2label") else int(cfg.get("num_labels", 2))
+
+
+def classifier(cfg: dict[str, Any]) -> ClassifierHead:
+    """BertForSequenceClassification: CLS -> pooler (dense, tanh) -> classifier."""
+    return ClassifierHead(int(cfg["hidden_size"]), num_labels(cfg), "cls", "tanh")
+
+
+def mlm(cfg: dict[str, Any]) -> MLMHead:
+    """BertForMaskedLM: cls.predictions (dense, activation, LayerNorm, decoder tied to word embeddings)."""
+    c = BertConfig.from_dict(cfg)
+    return MLMHead(c.hidden_size, c.vocab_size, c.hidden_act, c.layer_norm_eps)
+
+
+HEADS = {"classifier": classifier, "mlm": mlm}
+TOKEN_EMBEDDING = "embeddings.tokens.weight"  # where tied output heads take their weight
+
 # Hugging Face checkpoint names -> ours (regex, replacement), applied in order.
 HF_RENAMES: list[tuple[str, str]] = [
     (r"^(bert|model)\.", ""),
@@ -81,4 +107,14 @@ HF_RENAMES: list[tuple[str, str]] = [
     (r"\.beta$", ".bias"),
 ]
 # Checkpoint tensors we never use in an encoder (pooler, MLM/NSP heads, buffers).
-HF_IGNORED = [r"^(bert\.)?pooler\.", r"^cls\.", r"position_ids$"]
+HF_IGNORED = [r"^(bert\.)?pooler\.", r"^cls\.", r"^classifier\.", r"position_ids$"]
+# Head tensors, claimed before the backbone renames when the card uses that head.
+HF_HEAD_RENAMES: dict[str, list[tuple[str, str]]] = {
+    "classifier": [(r"^(bert\.)?pooler\.dense\.", "dense."), (r"^classifier\.", "out.")],
+    "mlm": [
+        (r"^cls\.predictions\.transform\.dense\.", "dense."),
+        (r"^cls\.predictions\.transform\.LayerNorm\.", "norm."),
+        (r"^cls\.predictions\.decoder\.", "decoder."),
+        (r"^cls\.predictions\.bias$", "decoder.bias"),
+    ],
+}

@@ -23,21 +23,40 @@ class PackedBatch:
     token_type_ids: Tensor  # [T] int64
     cu_seqlens: Tensor  # [B+1] int32, sequence b is tokens cu_seqlens[b]:cu_seqlens[b+1]
     max_seqlen: int
+    # [B] int32 or None: only the first key_lengths[b] tokens of sequence b serve as attention keys
+    # (ColBERT query expansion tokens are computed but not attended to). None: every token is a key.
+    key_lengths: Tensor | None = None
 
     @classmethod
-    def from_token_lists(cls, seqs: list[list[int]], device: str | torch.device = "cpu") -> PackedBatch:
+    def from_token_lists(
+        cls,
+        seqs: list[list[int]],
+        device: str | torch.device = "cpu",
+        type_ids: list[list[int]] | None = None,
+        key_lengths: list[int] | None = None,
+    ) -> PackedBatch:
         lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int32)
         cu = torch.zeros(len(seqs) + 1, dtype=torch.int32)
         cu[1:] = torch.cumsum(lengths, 0)
         ids = torch.tensor([t for s in seqs for t in s], dtype=torch.long)
         positions = torch.cat([torch.arange(n) for n in lengths.tolist()])
+        types = torch.tensor([t for s in type_ids for t in s], dtype=torch.long) if type_ids else torch.zeros_like(ids)
+        keys = None
+        if key_lengths is not None and key_lengths != lengths.tolist():
+            keys = torch.tensor(key_lengths, dtype=torch.int32).to(device)
         return cls(
             input_ids=ids.to(device),
             positions=positions.to(device),
-            token_type_ids=torch.zeros_like(ids).to(device),
+            token_type_ids=types.to(device),
             cu_seqlens=cu.to(device),
             max_seqlen=int(lengths.max()) if len(seqs) else 0,
+            key_lengths=keys,
         )
+
+    def segment_ids(self) -> Tensor:
+        """[T] index of the sequence each token belongs to."""
+        lengths = (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).long()
+        return torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
 
     @property
     def lengths(self) -> list[int]:
@@ -48,38 +67,124 @@ class PackedBatch:
         return int(self.input_ids.numel())
 
 
-def varlen_attention(q: Tensor, k: Tensor, v: Tensor, batch: PackedBatch, causal: bool = False) -> Tensor:
-    """Attention inside each sequence only. q, k, v: [T, heads, head_dim] -> [T, heads, head_dim]."""
+def _flash(q: Tensor, k: Tensor, v: Tensor, batch: PackedBatch, causal: bool, window: int | None) -> Tensor:
+    """flash-attn's varlen kernel; keys may be a per-sequence prefix (key_lengths)."""
+    cu_q = cu_k = batch.cu_seqlens
+    max_k = batch.max_seqlen
+    if batch.key_lengths is not None:  # keep only each sequence's leading key tokens
+        keep = batch.positions < batch.key_lengths[batch.segment_ids()]
+        k, v = k[keep], v[keep]
+        cu_k = F.pad(torch.cumsum(batch.key_lengths, 0, dtype=torch.int32), (1, 0))
+        max_k = int(batch.key_lengths.max())
+    size = (window, window) if window is not None else (-1, -1)
+    return flash_attn_varlen_func(q, k, v, cu_q, cu_k, batch.max_seqlen, max_k, causal=causal, window_size=size)
+
+
+def varlen_attention(
+    q: Tensor, k: Tensor, v: Tensor, batch: PackedBatch, causal: bool = False, window: int | None = None
+) -> Tensor:
+    """Attention inside each sequence only. q: [T, H, D], k/v: [T, KV, D] (KV divides H) -> [T, H, D].
+
+    causal: a token sees only itself and earlier tokens. window: a token sees tokens at most `window`
+    positions away on either side (ModernBERT's local layers). Fewer KV heads than query heads is GQA.
+    """
     if flash_attn_varlen_func is not None and q.is_cuda:
-        cu = batch.cu_seqlens
-        return flash_attn_varlen_func(q, k, v, cu, cu, batch.max_seqlen, batch.max_seqlen, causal=causal)
+        return _flash(q, k, v, batch, causal, window)
     out = torch.empty_like(q)
+    gqa = k.shape[1] != q.shape[1]
     bounds = batch.cu_seqlens.tolist()
-    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
-        # one sequence: [L, H, D] -> [1, H, L, D] for SDPA, with no mask because nothing is padded
-        qs, ks, vs = (t[start:end].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-        o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
+    keys = batch.key_lengths.tolist() if batch.key_lengths is not None else None
+    for b, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        n_keys = end - start if keys is None else keys[b]
+        # one sequence: [L, H, D] -> [1, H, L, D] for SDPA, with no padding mask because nothing is padded
+        qs = q[start:end].transpose(0, 1).unsqueeze(0)
+        ks, vs = (t[start : start + n_keys].transpose(0, 1).unsqueeze(0) for t in (k, v))
+        mask = None
+        if window is not None:
+            distance = torch.arange(end - start, device=q.device)[:, None] - torch.arange(n_keys, device=q.device)
+            mask = distance.abs() <= window  # [L, n_keys]
+        o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
         out[start:end] = o.squeeze(0).transpose(0, 1)
     return out
 
 
-class SelfAttention(nn.Module):
-    """Multi-head self-attention over a packed batch (query/key/value/output projections)."""
+class RMSNorm(nn.Module):
+    """Root-mean-square norm without bias, computed in float32 (Llama, Qwen)."""
 
-    def __init__(self, hidden: int, heads: int, bias: bool = True) -> None:
+    def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
-        self.heads, self.head_dim = heads, hidden // heads
-        self.query = nn.Linear(hidden, hidden, bias=bias)
-        self.key = nn.Linear(hidden, hidden, bias=bias)
-        self.value = nn.Linear(hidden, hidden, bias=bias)
-        self.out = nn.Linear(hidden, hidden, bias=bias)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: Tensor, batch: PackedBatch) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding tables: position -> (cos, sin), each [T, 1, head_dim]. No weights."""
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        super().__init__()
+        self.head_dim, self.theta = head_dim, theta
+
+    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=positions.device).float()
+        inv_freq = 1.0 / (self.theta ** (exponents / self.head_dim))  # [D/2]
+        freqs = positions.float()[:, None] * inv_freq[None, :]  # [T, D/2]
+        angles = torch.cat([freqs, freqs], dim=-1)[:, None, :]  # [T, 1, D]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+    """Rotate pairs (x_i, x_{i+D/2}) by each token's angle. x: [T, heads, D]."""
+    cos, sin = rope
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class SelfAttention(nn.Module):
+    """Self-attention over a packed batch: query/key/value/output projections.
+
+    kv_heads < heads is grouped-query attention; head_dim may differ from hidden // heads (Qwen3);
+    qk_norm_eps adds per-head RMSNorm on queries and keys (Qwen3); rotary is applied when the caller
+    passes (cos, sin); causal and window choose the attention pattern.
+    """
+
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        bias: bool = True,
+        *,
+        kv_heads: int | None = None,
+        head_dim: int | None = None,
+        qk_norm_eps: float | None = None,
+        causal: bool = False,
+        window: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.heads, self.kv_heads = heads, kv_heads or heads
+        self.head_dim = head_dim or hidden // heads
+        self.causal, self.window = causal, window
+        self.query = nn.Linear(hidden, self.heads * self.head_dim, bias=bias)
+        self.key = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
+        self.value = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
+        self.out = nn.Linear(self.heads * self.head_dim, hidden, bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm_eps else None
+        self.k_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm_eps else None
+
+    def forward(self, x: Tensor, batch: PackedBatch, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
         t = x.shape[0]  # x: [T, hidden]
         q = self.query(x).view(t, self.heads, self.head_dim)  # [T, H, D]
-        k = self.key(x).view(t, self.heads, self.head_dim)
-        v = self.value(x).view(t, self.heads, self.head_dim)
-        o = varlen_attention(q, k, v, batch)  # [T, H, D]
+        k = self.key(x).view(t, self.kv_heads, self.head_dim)  # [T, KV, D]
+        v = self.value(x).view(t, self.kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rope is not None:
+            q, k = apply_rotary(q, rope), apply_rotary(k, rope)
+        o = varlen_attention(q, k, v, batch, causal=self.causal, window=self.window)  # [T, H, D]
         return self.out(o.reshape(t, -1))  # [T, hidden]
 
 
@@ -89,6 +194,8 @@ ACTIVATIONS = {
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
     "silu": F.silu,
+    "swish": F.silu,
+    "tanh": torch.tanh,
 }
 
 
@@ -120,3 +227,32 @@ class PostNormBlock(nn.Module):
     def forward(self, x: Tensor, batch: PackedBatch) -> Tensor:
         x = self.attn_norm(x + self.attn(x, batch))  # [T, hidden]
         return self.mlp_norm(x + self.mlp(x))
+
+
+class GatedMLP(nn.Module):
+    """Gated feed-forward (SwiGLU with silu, GeGLU with gelu): down(act(gate(x)) * up(x))."""
+
+    def __init__(self, hidden: int, intermediate: int, activation: str = "silu", bias: bool = False) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unsupported activation {activation!r}")
+        self.act = ACTIVATIONS[activation]
+        self.gate = nn.Linear(hidden, intermediate, bias=bias)
+        self.up = nn.Linear(hidden, intermediate, bias=bias)
+        self.down = nn.Linear(intermediate, hidden, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.act(self.gate(x)) * self.up(x))  # [T, hidden] -> [T, intermediate] -> [T, hidden]
+
+
+class PreNormBlock(nn.Module):
+    """The modern block (ModernBERT, Llama, Qwen): normalise, attend, add; normalise, feed forward, add."""
+
+    def __init__(self, attn: SelfAttention, mlp: nn.Module, attn_norm: nn.Module, mlp_norm: nn.Module) -> None:
+        super().__init__()
+        self.attn_norm, self.attn = attn_norm, attn
+        self.mlp_norm, self.mlp = mlp_norm, mlp
+
+    def forward(self, x: Tensor, batch: PackedBatch, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), batch, rope)  # [T, hidden]
+        return x + self.mlp(self.mlp_norm(x))
