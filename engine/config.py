@@ -27,3 +27,13 @@ class EngineSettings(BaseSettings):
     model_dir: Path | None = Field(default=None, description="extra folder of model cards (*.yaml)")
     preload: list[str] = Field(default_factory=list, description="models loaded at start-up")
     offline: bool | None = Field(default=None, description="never download; None follows HF_HUB_OFFLINE")
+    # distributed mode (engine/nats_queue.py): a NATS JetStream work queue instead of the in-process one
+    queue_url: str | None = Field(default=None, description="nats://host:port; None runs the in-process queue")
+    queue_stream: str = Field(default="SHOAL_WORK", description="work-queue stream (subjects shoal.work.<model>)")
+    queue_dead_stream: str = Field(default="SHOAL_DEAD", description="dead-letter stream (subjects shoal.dead.>)")
+    queue_ack_wait_s: float = Field(default=30.0, description="a pulled task not acked within this is redelivered")
+    queue_max_deliver: int = Field(default=5, description="deliveries of one task before it is dead-lettered")
+    queue_pending_limit: int = Field(default=10_000, description="pending tasks past which the gateway says 503")
+    queue_pending_refresh_s: float = Field(default=0.25, description="how often the gateway re-reads the pending count")
+    queue_idle_poll_s: float = Field(default=1.0, description="an idle worker re-checks the stream at least this often")
+    worker_models: list[str] | None = Field(default=None, description="models a worker may serve; None: any")

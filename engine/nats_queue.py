@@ -1,0 +1,396 @@
+"""The queue protocol on NATS JetStream: a work-queue stream, per-model durable pull consumers, reply inboxes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+from engine.config import EngineSettings
+from engine.errors import (
+    DeadlineExceeded,
+    InternalError,
+    ModelLoadFailed,
+    ModelLoading,
+    PayloadTooLarge,
+    QueueFull,
+    ResourceExhausted,
+    ShoalError,
+    error_from_code,
+)
+from engine.metrics import (
+    QUEUE_DEAD,
+    QUEUE_DUPLICATES,
+    QUEUE_EXPIRED,
+    QUEUE_PENDING,
+    QUEUE_PULL_BATCH,
+    QUEUE_PULLED,
+    QUEUE_REDELIVERED,
+)
+from engine.queue import Delivery, Task
+from engine.wire import packb, unpackb
+
+log = logging.getLogger("shoal.nats")
+WORK = "shoal.work"
+DEAD = "shoal.dead"
+BELL = "shoal.bell"
+# errors another attempt (maybe on another worker) can cure; the rest are answered at once
+RETRYABLE = (InternalError, ResourceExhausted, ModelLoadFailed, ModelLoading)
+NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, OSError)
+
+
+def subject_token(model: str) -> str:
+    """A subject- and consumer-name-safe token for a model id: readable tail plus a short hash."""
+    readable = re.sub(r"[^A-Za-z0-9_-]+", "_", model).strip("_")[-40:] or "model"
+    return f"{readable}-{hashlib.sha1(model.encode()).hexdigest()[:10]}"
+
+
+@dataclass
+class NatsDelivery:
+    """A pulled JetStream message; settling it answers the requester's inbox, then acks (at-least-once)."""
+
+    task: Task
+    msg: Msg
+    reply: str
+    queue: NatsQueue
+
+    @property
+    def attempt(self) -> int:
+        return self.msg.metadata.num_delivered
+
+    async def _answer(self, body: dict[str, Any]) -> None:
+        data = packb({"id": self.task.id, **body})
+        if len(data) > self.queue.max_payload:
+            err = PayloadTooLarge(
+                f"the result is {len(data)} bytes, over the queue's limit of {self.queue.max_payload}"
+            )
+            data = packb({"id": self.task.id, "error": err.to_dict()})
+        await self.queue.nc.publish(self.reply, data)
+
+    async def _settle(self, how: str) -> None:
+        self.queue._held.pop(id(self), None)
+        with contextlib.suppress(*NATS_ERRORS):  # a lost ack means a redelivery, and the gateway drops duplicates
+            await (self.msg.ack() if how == "ack" else self.msg.term())
+
+    async def ack(self, result: dict[str, Any]) -> None:
+        with contextlib.suppress(*NATS_ERRORS):
+            await self._answer({"result": result})
+        await self._settle("ack")
+
+    async def nak(self, delay: float = 0.0) -> None:
+        self.queue._held.pop(id(self), None)
+        with contextlib.suppress(*NATS_ERRORS):
+            await self.msg.nak(delay=delay or None)
+
+    async def term(self, error: ShoalError) -> None:
+        """Retry what another attempt may cure; dead-letter it after the last attempt; answer the rest now."""
+        max_deliver = self.queue.settings.queue_max_deliver
+        if isinstance(error, RETRYABLE) and self.attempt < max_deliver:
+            log.warning(
+                "task %s attempt %d/%d failed (%s); redelivering", self.task.id, self.attempt, max_deliver, error
+            )
+            await self.nak(delay=min(0.1 * 2**self.attempt, 5.0))
+            return
+        if isinstance(error, DeadlineExceeded):
+            QUEUE_EXPIRED.labels(self.task.model).inc()
+        elif isinstance(error, RETRYABLE):
+            error = type(error)(f"{error.message} (failed {self.attempt} times; moved to the dead-letter stream)")
+            with contextlib.suppress(*NATS_ERRORS):
+                await self.queue.dead_letter(self.msg, self.task, error, self.attempt)
+        err = error.to_dict() | ({"retry_after": error.retry_after} if error.retry_after is not None else {})
+        with contextlib.suppress(*NATS_ERRORS):
+            await self._answer({"error": err})
+        await self._settle("term" if isinstance(error, RETRYABLE) else "ack")
+
+
+class NatsQueue:
+    """WorkQueue over JetStream. Gateway side: submit, depth. Worker side: pull (locality first, allow-list)."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self.nc: NATS = NATS()
+        self.js: JetStreamContext
+        self.allow = {subject_token(m) for m in settings.worker_models} if settings.worker_models else None
+        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._subs: dict[str, tuple[Subscription, str]] = {}
+        self._held: dict[int, NatsDelivery] = {}
+        self._bell = asyncio.Event()
+        self._pending = 0
+        self._inbox = ""
+        self._bg: list[asyncio.Task[None]] = []
+
+    @classmethod
+    async def connect(cls, settings: EngineSettings, *, gateway: bool, worker: bool) -> NatsQueue:
+        q = cls(settings)
+        await q._connect(gateway=gateway, worker=worker)
+        return q
+
+    @property
+    def max_payload(self) -> int:
+        return self.nc.max_payload
+
+    async def _connect(self, *, gateway: bool, worker: bool) -> None:
+        url = self.settings.queue_url or "nats://127.0.0.1:4222"
+
+        async def on_error(e: Exception) -> None:
+            log.warning("nats: %s: %s", type(e).__name__, e)
+
+        await self.nc.connect(
+            url,
+            name="shoal-gateway" if gateway else "shoal-worker",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=5,
+            error_cb=on_error,
+        )
+        self.js = self.nc.jetstream(timeout=5)
+        await self._ensure_streams()
+        if gateway:
+            self._inbox = self.nc.new_inbox()
+            await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_reply)
+            self._bg.append(asyncio.create_task(self._watch_pending(), name="shoal-nats-pending"))
+        if worker:
+            await self.nc.subscribe(f"{BELL}.>", cb=self._on_bell)
+            self._bg.append(asyncio.create_task(self._keep_alive(), name="shoal-nats-keepalive"))
+
+    async def _ensure_streams(self) -> None:
+        s = self.settings
+        work = StreamConfig(
+            name=s.queue_stream,
+            subjects=[f"{WORK}.>"],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            max_msgs=max(s.queue_pending_limit * 2, 1000),  # the hard cap; the gateway's cached check comes first
+            discard=DiscardPolicy.NEW,
+            duplicate_window=60,
+        )
+        dead = StreamConfig(
+            name=s.queue_dead_stream,
+            subjects=[f"{DEAD}.>"],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_age=7 * 24 * 3600,
+            duplicate_window=120,
+        )
+        for cfg in (work, dead):
+            try:
+                await self.js.add_stream(cfg)
+            except nats.js.errors.BadRequestError:  # exists with another configuration: adopt ours
+                await self.js.update_stream(cfg)
+
+    # -- gateway side ------------------------------------------------------------------------------
+
+    async def submit(self, task: Task) -> dict[str, Any]:
+        limit = self.settings.queue_pending_limit
+        if self._pending >= limit:
+            raise QueueFull(f"{self._pending} tasks are pending (limit {limit}); retry later", retry_after=1.0)
+        token = subject_token(task.model)
+        data = packb({"task": task.to_dict(), "reply": f"{self._inbox}.{task.id}"})
+        if len(data) > self.max_payload:
+            raise PayloadTooLarge(f"the request is {len(data)} bytes, over the queue's limit of {self.max_payload}")
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[task.id] = future
+        try:
+            try:
+                await self.js.publish(
+                    f"{WORK}.{token}", data, stream=self.settings.queue_stream, headers={"Nats-Msg-Id": task.id}
+                )
+            except nats.js.errors.APIError as e:
+                raise QueueFull(f"the queue refused the task: {e.description}", retry_after=1.0) from None
+            except NATS_ERRORS as e:
+                raise QueueFull(
+                    f"the queue is unreachable ({type(e).__name__}); retry later", retry_after=1.0
+                ) from None
+            self._pending += 1
+            with contextlib.suppress(*NATS_ERRORS):
+                await self.nc.publish(f"{BELL}.{token}", b"")
+            return await future
+        finally:
+            self._waiting.pop(task.id, None)
+
+    async def _on_reply(self, msg: Msg) -> None:
+        body = unpackb(msg.data)
+        future = self._waiting.get(body.get("id", ""))
+        if future is None or future.done():
+            QUEUE_DUPLICATES.inc()
+            return
+        if "error" in body:
+            e = body["error"]
+            future.set_exception(error_from_code(e["code"], e["message"], e.get("retry_after")))
+        else:
+            future.set_result(body["result"])
+
+    async def _watch_pending(self) -> None:
+        """Refresh the cached pending count that submit checks (one cheap stream-info call per period)."""
+        stream = self.settings.queue_stream
+        while True:
+            with contextlib.suppress(*NATS_ERRORS):
+                info = await self.js.stream_info(stream)
+                self._pending = info.state.messages
+                QUEUE_PENDING.labels(stream).set(self._pending)
+            await asyncio.sleep(self.settings.queue_pending_refresh_s)
+
+    async def depth(self) -> int:
+        return self._pending
+
+    # -- worker side -------------------------------------------------------------------------------
+
+    async def _on_bell(self, msg: Msg) -> None:
+        self._bell.set()
+
+    async def _consumer(self, token: str) -> tuple[Subscription, str]:
+        """The durable pull consumer of one model's subject, shared by every worker, and our inbox for it."""
+        if token not in self._subs:
+            s = self.settings
+            config = ConsumerConfig(
+                name=f"work-{token}",
+                durable_name=f"work-{token}",
+                filter_subject=f"{WORK}.{token}",
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=s.queue_ack_wait_s,
+                max_deliver=s.queue_max_deliver,
+                max_ack_pending=100_000,
+                max_waiting=4096,
+            )
+            await self.js.add_consumer(s.queue_stream, config=config)
+            sub = await self.nc.subscribe(self.nc.new_inbox())
+            self._subs[token] = (sub, f"$JS.API.CONSUMER.MSG.NEXT.{s.queue_stream}.work-{token}")
+        return self._subs[token]
+
+    async def _pending_tokens(self) -> dict[str, int]:
+        """Subject token -> messages in the stream (delivered-but-unacked included), for allowed models."""
+        info = await self.js.stream_info(self.settings.queue_stream, subjects_filter=f"{WORK}.>")
+        subjects = info.state.subjects or {}
+        counts = {subj[len(WORK) + 1 :]: n for subj, n in subjects.items() if n > 0}
+        return {t: n for t, n in counts.items() if self.allow is None or t in self.allow}
+
+    async def _fetch(self, token: str, n: int) -> list[NatsDelivery]:
+        """A no-wait pull of up to n messages: what the consumer has now, without lingering server-side."""
+        sub, next_subject = await self._consumer(token)
+        await self.nc.publish(next_subject, json.dumps({"batch": n, "no_wait": True}).encode(), reply=sub.subject)
+        msgs: list[Msg] = []
+        while len(msgs) < n:
+            try:
+                msg = await sub.next_msg(timeout=2.0)
+            except nats.errors.TimeoutError:
+                break
+            status = (msg.headers or {}).get("Status")
+            if status == "100":  # idle heartbeat
+                continue
+            if status:  # 404 no messages, 408 request expired, 409 limits: this pull is over
+                break
+            msgs.append(msg)
+        out: list[NatsDelivery] = []
+        for msg in msgs:
+            try:
+                env = unpackb(msg.data)
+                d = NatsDelivery(Task.from_dict(env["task"]), msg, env["reply"], self)
+            except Exception as e:  # noqa: BLE001 - an undecodable message can never succeed: dead-letter it
+                log.error("undecodable message on %s: %s", msg.subject, e)
+                with contextlib.suppress(*NATS_ERRORS):
+                    await self.dead_letter(msg, None, InternalError(f"undecodable message: {e}"), 0)
+                    await msg.term()
+                continue
+            QUEUE_PULLED.labels(d.task.model).inc()
+            if d.attempt > 1:
+                QUEUE_REDELIVERED.labels(d.task.model).inc()
+            self._held[id(d)] = d
+            out.append(d)
+        return out
+
+    async def pull(self, prefer: Sequence[str], max_tasks: int, max_tokens: int, wait: float) -> list[Delivery]:
+        """Block until work exists; resident models first, others only with spare capacity; never raises."""
+        while True:
+            self._bell.clear()
+            try:
+                got = await self._try_pull(prefer, max_tasks, max_tokens, wait)
+            except NATS_ERRORS as e:
+                log.warning("pull failed (%s: %s); retrying", type(e).__name__, e)
+                got = []
+                await asyncio.sleep(0.5)
+            if got:
+                QUEUE_PULL_BATCH.observe(len(got))
+                return list(got)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._bell.wait(), self.settings.queue_idle_poll_s)
+
+    async def _try_pull(self, prefer: Sequence[str], max_tasks: int, max_tokens: int, wait: float) -> list[Delivery]:
+        pending = await self._pending_tokens()
+        if not pending:
+            return []
+        resident = [t for t in dict.fromkeys(subject_token(m) for m in prefer) if t in pending]
+        others = sorted((t for t in pending if t not in resident), key=lambda t: -pending[t])
+        got: list[NatsDelivery] = []
+        tokens = 0
+        for phase, order in enumerate((resident, others)):
+            if phase == 1 and tokens >= max_tokens // 2:  # busy with resident models: leave loads to idle workers
+                break
+            for token in order:
+                if len(got) >= max_tasks or tokens >= max_tokens:
+                    break
+                batch = await self._fetch(token, min(pending[token], max_tasks - len(got)))
+                got += batch
+                tokens += sum(d.task.est_tokens for d in batch)
+        if got and wait > 0 and len(got) < max_tasks and tokens < max_tokens:
+            await asyncio.sleep(wait)  # linger to fill the batch, as the in-process queue does
+            for token in dict.fromkeys(subject_token(d.task.model) for d in got):
+                with contextlib.suppress(nats.js.errors.Error):
+                    batch = await self._fetch(token, max_tasks - len(got))
+                    got += batch
+        return list(got)
+
+    async def _keep_alive(self) -> None:
+        """In-progress acks for every held task, so long batches are not redelivered under a live worker."""
+        period = max(self.settings.queue_ack_wait_s / 3, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            for d in list(self._held.values()):
+                with contextlib.suppress(*NATS_ERRORS):
+                    await d.msg.in_progress()
+
+    async def dead_letter(self, msg: Msg, task: Task | None, error: ShoalError, attempts: int) -> None:
+        """Copy a message to the dead-letter stream with its reason (deduplicated by task id)."""
+        model = task.model if task else "unknown"
+        headers = {
+            "Shoal-Error-Code": error.code,
+            "Shoal-Error": error.message[:1000],
+            "Shoal-Deliveries": str(attempts),
+            "Shoal-Model": model,
+            "Shoal-Source-Subject": msg.subject,
+        }
+        if task:
+            headers |= {"Shoal-Task-Id": task.id, "Nats-Msg-Id": f"dead-{task.id}"}
+        token = msg.subject[len(WORK) + 1 :] if msg.subject.startswith(WORK + ".") else "unknown"
+        await self.js.publish(f"{DEAD}.{token}", msg.data, stream=self.settings.queue_dead_stream, headers=headers)
+        QUEUE_DEAD.labels(model).inc()
+        log.error("task %s dead-lettered after %d deliveries: %s", task.id if task else "?", attempts, error.message)
+
+    async def close(self) -> None:
+        for t in self._bg:
+            t.cancel()
+        for t in self._bg:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._bg.clear()
+        for d in list(self._held.values()):  # give unfinished work back at once instead of after ack_wait
+            await d.nak()
+        for f in self._waiting.values():
+            if not f.done():
+                f.set_exception(InternalError("the gateway shut down before this request was answered"))
+        with contextlib.suppress(*NATS_ERRORS):
+            await self.nc.drain()

@@ -1,0 +1,137 @@
+"""The NATS queue in one process: the same Worker serves both queues alike; allow-lists, locality, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.config import EngineSettings
+from engine.errors import DeadlineExceeded, PayloadTooLarge, QueueFull
+from engine.nats_queue import NatsQueue, subject_token
+from engine.queue import Task
+from engine.runtime import AsyncEngine
+from tests.nats_support import NatsServer
+
+pytestmark = pytest.mark.nats
+TEXTS = ["the cat sat", "a dog and a bird", "paris is in france " * 5, "hello"]
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path) -> Iterator[str]:
+    server = NatsServer(tmp_path / "js").start()
+    yield server.url
+    server.stop()
+
+
+def settings_for(queue: str, url: str, **kw: object) -> EngineSettings:
+    return EngineSettings(queue_url=url if queue == "nats" else None, **kw)
+
+
+def test_subject_token_is_safe_and_distinct() -> None:
+    a, b = subject_token("org/model.v1 *>"), subject_token("org/model_v1 *>")
+    assert a != b
+    for t in (a, b, subject_token("/tmp/x/tiny-bert")):
+        assert all(c.isalnum() or c in "_-" for c in t) and len(t) <= 51
+
+
+@pytest.mark.parametrize("queue", ["inprocess", "nats"])
+async def test_same_worker_same_vectors_on_both_queues(queue: str, nats_url: str, tiny_bert: Path) -> None:
+    async with AsyncEngine(EngineSettings()) as ref:
+        want = await ref.encode(str(tiny_bert), TEXTS)
+    async with AsyncEngine(settings_for(queue, nats_url)) as eng:
+        results = await asyncio.gather(*(eng.encode(str(tiny_bert), [t]) for t in TEXTS * 5))
+        for got, expected in zip(results, want * 5, strict=True):
+            np.testing.assert_allclose(got[0]["dense"], expected["dense"], atol=1e-6)
+        assert eng.worker is not None and eng.worker.stats.items == len(TEXTS) * 5
+        assert max(items for _, items, _ in eng.worker.stats.batches) > 1  # requests shared batches
+
+
+@pytest.mark.parametrize("queue", ["inprocess", "nats"])
+async def test_expired_task_is_dropped_unrun(queue: str, nats_url: str, tiny_bert: Path) -> None:
+    async with AsyncEngine(settings_for(queue, nats_url)) as eng:
+        task = eng.annotate_encode(str(tiny_bert), {"items": [{"text": "late"}]})
+        task.deadline = time.time() - 1
+        with pytest.raises(DeadlineExceeded):
+            await asyncio.wait_for(eng.queue.submit(task), 30)
+        assert eng.worker is not None and eng.worker.stats.items == 0
+
+
+def _task(model: str, tokens: int = 10) -> Task:
+    return Task(
+        model=model, kind="encode", items=[{"text": "x"}], params={}, est_tokens=tokens, deadline=time.time() + 60
+    )
+
+
+async def test_allow_list_and_locality(nats_url: str) -> None:
+    gw = await NatsQueue.connect(EngineSettings(queue_url=nats_url), gateway=True, worker=False)
+    only_a = await NatsQueue.connect(
+        EngineSettings(queue_url=nats_url, worker_models=["a"]), gateway=False, worker=True
+    )
+    anyone = await NatsQueue.connect(EngineSettings(queue_url=nats_url), gateway=False, worker=True)
+    try:
+        waiting = [asyncio.create_task(gw.submit(_task("b"))) for _ in range(3)]
+        await asyncio.sleep(0.3)
+        # a worker that may not serve "b" never takes its messages, however idle it is
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(only_a.pull(prefer=[], max_tasks=10, max_tokens=1000, wait=0), 1.5)
+        waiting += [asyncio.create_task(gw.submit(_task("a", 600))) for _ in range(2)]
+        await asyncio.sleep(0.3)
+        # resident "a" fills the batch past half the budget: no load of "b" is taken on
+        got = await anyone.pull(prefer=["a"], max_tasks=10, max_tokens=1000, wait=0)
+        assert [d.task.model for d in got] == ["a", "a"]
+        # with spare capacity it takes any model
+        got2 = await anyone.pull(prefer=["a"], max_tasks=10, max_tokens=1000, wait=0)
+        assert [d.task.model for d in got2] == ["b", "b", "b"]
+        for d in got + got2:
+            await d.ack({"items": [], "model": d.task.model})
+        assert len(await asyncio.gather(*waiting)) == 5
+    finally:
+        for q in (gw, only_a, anyone):
+            await q.close()
+
+
+async def test_payload_over_server_limit_is_413_and_pending_limit_503(nats_url: str) -> None:
+    gw = await NatsQueue.connect(EngineSettings(queue_url=nats_url, queue_pending_limit=2), gateway=True, worker=False)
+    try:
+        big = Task(
+            model="m",
+            kind="encode",
+            items=[{"text": "x" * (gw.max_payload + 10)}],
+            params={},
+            est_tokens=1,
+            deadline=time.time() + 60,
+        )
+        with pytest.raises(PayloadTooLarge):
+            await gw.submit(big)
+        waiting = [asyncio.create_task(gw.submit(_task("m"))) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        with pytest.raises(QueueFull) as info:
+            await gw.submit(_task("m"))
+        assert info.value.retry_after and info.value.status == 503
+        for w in waiting:
+            w.cancel()
+    finally:
+        await gw.close()
+
+
+async def test_long_batch_is_kept_alive_by_in_progress_acks(nats_url: str, tmp_path: Path) -> None:
+    settings = EngineSettings(queue_url=nats_url, queue_ack_wait_s=0.6)
+    gw = await NatsQueue.connect(settings, gateway=True, worker=False)
+    wq = await NatsQueue.connect(settings, gateway=False, worker=True)
+    try:
+        pending = asyncio.create_task(gw.submit(_task("m")))
+        (d,) = await wq.pull(prefer=[], max_tasks=10, max_tokens=1000, wait=0)
+        await asyncio.sleep(2.0)  # three ack_waits: without in-progress acks this would be redelivered
+        assert d.attempt == 1
+        d2 = await asyncio.wait_for(wq._fetch(subject_token("m"), 5), 5)
+        assert d2 == []
+        await d.ack({"ok": 1})
+        assert await pending == {"ok": 1}
+    finally:
+        await gw.close()
+        await wq.close()
