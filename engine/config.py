@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import ByteSize, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -27,6 +27,19 @@ class EngineSettings(BaseSettings):
     model_dir: Path | None = Field(default=None, description="extra folder of model cards (*.yaml)")
     preload: list[str] = Field(default_factory=list, description="models loaded at start-up")
     offline: bool | None = Field(default=None, description="never download; None follows HF_HUB_OFFLINE")
+    # residency (engine/residency.py): tiers, budgets, waits; LoRA adapters; tuned profiles
+    device_budget: ByteSize | None = Field(default=None, description="bytes of models on the device ('4GB'); None: 80% of it")
+    host_budget: ByteSize | None = Field(default=None, description="bytes of demoted models in host RAM; None: 25% of RAM")
+    load_wait_s: float = Field(default=30.0, description="how long a request waits for its model to load before a 503")
+    evict_wait_s: float = Field(default=30.0, description="how long a load waits for in-use models to free room")
+    idle_ttl_s: float | None = Field(default=None, description="demote (then drop) models unused this long")
+    pin: list[str] = Field(default_factory=list, description="models kept resident on the device, never evicted")
+    lora_dir: Path | None = Field(default=None, description="folder of PEFT LoRA adapters, one sub-folder per name")
+    lora_cache_size: int = Field(default=16, description="LoRA adapters kept loaded (LRU)")
+    auto_tune: bool = Field(default=False, description="run a short tune on a model's first load on new hardware")
+    profile_store: Path = Field(
+        default=Path("~/.cache/shoal/profiles.json").expanduser(), description="tuned profiles per (model, device)"
+    )
     # distributed mode (engine/nats_queue.py): a NATS JetStream work queue instead of the in-process one
     queue_url: str | None = Field(default=None, description="nats://host:port; None runs the in-process queue")
     queue_stream: str = Field(default="SHOAL_WORK", description="work-queue stream (subjects shoal.work.<model>)")

@@ -32,3 +32,16 @@ QUEUE_DEAD = Counter("shoal_queue_dead_letters_total", "Tasks moved to the dead-
 QUEUE_EXPIRED = Counter("shoal_queue_expired_total", "Tasks dropped unrun because their deadline passed", ["model"])
 QUEUE_DUPLICATES = Counter("shoal_queue_duplicate_results_total", "Results ignored because the request was answered")
 QUEUE_PENDING = Gauge("shoal_queue_pending", "Tasks pending in a queue stream (for autoscaling)", ["stream"])
+
+# residency (engine/residency.py) and LoRA adapters (engine/lora.py)
+RESIDENT_MODELS = Gauge("shoal_resident_models", "Models held per tier", ["tier"])
+TIER_BYTES = Gauge("shoal_tier_bytes", "Bytes of models held per tier (device counts the activation reserve)", ["tier"])
+EVICTIONS = Counter("shoal_evictions_total", "Models moved down a tier", ["model", "from_tier", "to_tier"])
+LOAD_SECONDS = Histogram(
+    "shoal_model_load_seconds",
+    "Time to bring a model onto the device, by where it came from (disk or host)",
+    ["source"],
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+LORA_CACHE = Counter("shoal_lora_cache_total", "LoRA adapter look-ups", ["result"])
+OOM_RECOVERIES = Counter("shoal_oom_recoveries_total", "Out-of-memory errors and how they ended", ["action"])
