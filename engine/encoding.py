@@ -83,6 +83,7 @@ def encode_task_inputs(model: LoadedModel, task: Task) -> list[Encoded]:
     return encoded
 
 
+@torch.inference_mode()
 def run_encode(
     model: LoadedModel,
     tasks: list[Task],

@@ -179,7 +179,7 @@ def load_modules(
         owner, _, name = TIED[h].rpartition(".")
         target = head_modules[h].get_submodule(owner) if owner else head_modules[h]
         setattr(target, name, backbone.get_parameter(fam.token_embedding))
-    module = module.to(device=device, dtype=dtype).eval()
+    module = module.to(device=device, dtype=dtype).eval().requires_grad_(False)
     return module.backbone, dict(module.heads.items())
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
+
 from engine import outputs
 from engine.batching import pack_by_budget
 from engine.encoding import BatchHook
@@ -78,6 +80,7 @@ def _ranked(task: Task, values: list[float]) -> dict[str, Any]:
     return result
 
 
+@torch.inference_mode()
 def run_score(
     model: LoadedModel,
     tasks: list[Task],
