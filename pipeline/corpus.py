@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import random
 from pathlib import Path
@@ -37,10 +38,8 @@ def html_to_pdf(body_html: str, out: Path, title: str, outline: bool = False, pa
                     if level and text:
                         toc.append([level, text, pno])
         doc.set_toc(toc)
-    try:
+    with contextlib.suppress(Exception):  # subsetting only makes the file smaller
         doc.subset_fonts()
-    except Exception:  # noqa: BLE001, S110 - subsetting only makes the file smaller
-        pass
     pages = doc.page_count
     tmp = out.with_name(out.name + ".tmp")
     doc.save(str(tmp), garbage=3, deflate=True)
