@@ -9,7 +9,8 @@ from pathlib import Path
 from engine.cards import ModelCard
 from engine.errors import ModelLoadFailed
 
-HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*", "2_Dense/*"]
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*", "1_Dense/*", "2_Dense/*"]
+HUB_PATTERNS += ["colbert_linear.pt", "sparse_linear.pt"]  # BGE-M3 heads (plain tensors, read with weights_only)
 
 
 def _package_dir(package: str, subdir: str) -> Path | None:
