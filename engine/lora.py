@@ -193,7 +193,8 @@ DEFAULT_CACHE = LoraCache()
 
 
 def cache_of(loaded: LoadedModel) -> LoraCache:
-    return getattr(loaded, "lora", None) or DEFAULT_CACHE
+    cache = getattr(loaded, "lora", None)
+    return DEFAULT_CACHE if cache is None else cache
 
 
 def task_adapter(loaded: LoadedModel, params: dict[str, Any]) -> str | None:

@@ -1,0 +1,117 @@
+"""LoRA: PEFT adapters match peft's merged reference; mixed adapters in one packed batch; cache; validation."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.cards import Catalogue
+from engine.config import EngineSettings
+from engine.errors import InvalidInput
+from engine.lora import LoraCache
+from engine.runner import Encoded, load_model
+from engine.runtime import AsyncEngine
+from tests.helpers import make_tiny_bert
+
+peft = pytest.importorskip("peft")
+TEXTS = ["the cat sat on the mat", "a small dog in paris", "hello world from the engine"]
+
+
+def make_adapter(base: Path, out: Path, seed: int) -> Path:
+    from transformers import BertModel
+
+    torch.manual_seed(seed)
+    model = BertModel.from_pretrained(str(base), add_pooling_layer=False)
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value", "dense"], init_lora_weights=False)
+    peft.get_peft_model(model, config).save_pretrained(str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("lora")
+    base = make_tiny_bert(root / "base", seed=3)
+    make_adapter(base, root / "adapters" / "one", seed=11)
+    make_adapter(base, root / "adapters" / "two", seed=12)
+    return base, root / "adapters"
+
+
+def reference(base: Path, adapter: Path | None, ids: list[list[int]]) -> np.ndarray:
+    """Mean-pooled, normalised vectors from transformers with peft's adapter merged into the weights."""
+    from transformers import BertModel
+
+    model = BertModel.from_pretrained(str(base), add_pooling_layer=False).eval()
+    if adapter is not None:
+        model = peft.PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    rows = []
+    with torch.no_grad():
+        for seq in ids:
+            hidden = model(input_ids=torch.tensor([seq])).last_hidden_state[0]
+            rows.append(torch.nn.functional.normalize(hidden.mean(0), dim=-1).numpy())
+    return np.stack(rows)
+
+
+async def test_adapter_matches_peft_merged(setup: tuple[Path, Path]) -> None:
+    base, adapters = setup
+    async with AsyncEngine(EngineSettings(lora_dir=adapters)) as engine:
+        got = np.stack([r["dense"] for r in await engine.encode(str(base), TEXTS, options={"lora": "one"})])
+        plain = np.stack([r["dense"] for r in await engine.encode(str(base), TEXTS)])
+        loaded = await engine.registry.get(str(base))
+        ids = loaded.tokenizer(TEXTS, truncate=True)
+    np.testing.assert_allclose(got, reference(base, adapters / "one", ids), atol=1e-5)
+    np.testing.assert_allclose(plain, reference(base, None, ids), atol=1e-5)
+    assert np.abs(got - plain).max() > 1e-3  # the adapter really changes the output
+
+
+def test_two_adapters_in_one_batch(setup: tuple[Path, Path]) -> None:
+    """One packed forward pass with rows for adapter one, adapter two and the base model."""
+    base, adapters = setup
+    loaded = load_model(Catalogue().get(str(base)), "cpu", True)
+    loaded.lora = LoraCache(4, adapters)
+    ids = loaded.tokenizer(TEXTS, truncate=True)
+    names = ["one", "two", None]
+    mixed = [Encoded(list(s), lora=n) for s, n in zip(ids, names, strict=True)]
+    got = torch.nn.functional.normalize(loaded.embed(mixed), dim=-1).numpy()
+    for row, seq, name in zip(got, ids, names, strict=True):
+        ref = reference(base, adapters / name if name else None, [seq])[0]
+        np.testing.assert_allclose(row, ref, atol=1e-5)
+
+
+async def test_mixed_requests_through_the_engine(setup: tuple[Path, Path]) -> None:
+    base, adapters = setup
+    async with AsyncEngine(EngineSettings(lora_dir=adapters, batch_wait_ms=50)) as engine:
+        single = {
+            n: (await engine.encode(str(base), TEXTS[0], options={"lora": n} if n else None))["dense"]
+            for n in ("one", "two", None)
+        }
+        got = await asyncio.gather(
+            *(engine.encode(str(base), TEXTS[0], options={"lora": n} if n else None) for n in ("one", "two", None))
+        )
+        for r, n in zip(got, ("one", "two", None), strict=True):
+            np.testing.assert_allclose(r["dense"], single[n], atol=1e-6)
+        assert engine.registry.lora.hits >= 3 and engine.registry.lora.misses == 2
+
+
+async def test_unknown_adapter_is_invalid_input(setup: tuple[Path, Path]) -> None:
+    base, adapters = setup
+    async with AsyncEngine(EngineSettings(lora_dir=adapters)) as engine:
+        with pytest.raises(InvalidInput, match="no LoRA adapter 'nope'"):
+            await engine.encode(str(base), "hello", options={"lora": "nope"})
+
+
+async def test_card_profile_selects_adapter(setup: tuple[Path, Path], tmp_path: Path) -> None:
+    base, adapters = setup
+    (tmp_path / "tiny.yaml").write_text(
+        f"id: tiny-lora\nsource: {{path: {base}}}\nmax_seq_len: 64\nloras: {{one: {adapters / 'one'}}}\n"
+        "profiles: {default: {max_batch_tokens: 1024}, tuned-one: {max_batch_tokens: 1024, lora: one}}\n"
+    )
+    async with AsyncEngine(EngineSettings(model_dir=tmp_path)) as engine:
+        by_profile = await engine.encode("tiny-lora", "hello world", options={"profile": "tuned-one"})
+        by_name = await engine.encode("tiny-lora", "hello world", options={"lora": "one"})
+        plain = await engine.encode("tiny-lora", "hello world")
+    np.testing.assert_allclose(by_profile["dense"], by_name["dense"], atol=1e-6)
+    assert np.abs(by_profile["dense"] - plain["dense"]).max() > 1e-3
