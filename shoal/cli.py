@@ -28,6 +28,10 @@ def serve(
     model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
     max_batch_tokens: Annotated[int | None, typer.Option(help="token budget of one batch (overrides cards)")] = None,
+    device_budget: Annotated[str | None, typer.Option(help="bytes of models on the device, e.g. 4GB")] = None,
+    host_budget: Annotated[str | None, typer.Option(help="bytes of demoted models in host RAM, e.g. 512MB")] = None,
+    pin: Annotated[list[str] | None, typer.Option(help="model kept resident, never evicted (repeatable)")] = None,
+    lora_dir: Annotated[Path | None, typer.Option(help="folder of PEFT LoRA adapters, one per sub-folder")] = None,
     api_key: Annotated[
         str | None, typer.Option(envvar="SHOAL_API_KEY", help="require 'Authorization: Bearer KEY'")
     ] = None,
@@ -50,6 +54,10 @@ def serve(
         "model_dir": model_dir,
         "threads": threads,
         "max_batch_tokens": max_batch_tokens,
+        "device_budget": device_budget,
+        "host_budget": host_budget,
+        "pin": pin,
+        "lora_dir": lora_dir,
         "api_key": api_key,
         "queue_url": queue,
     }
@@ -68,6 +76,10 @@ def worker(
     model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
     max_batch_tokens: Annotated[int | None, typer.Option(help="token budget of one batch (overrides cards)")] = None,
+    device_budget: Annotated[str | None, typer.Option(help="bytes of models on the device, e.g. 4GB")] = None,
+    host_budget: Annotated[str | None, typer.Option(help="bytes of demoted models in host RAM, e.g. 512MB")] = None,
+    pin: Annotated[list[str] | None, typer.Option(help="model kept resident, never evicted (repeatable)")] = None,
+    lora_dir: Annotated[Path | None, typer.Option(help="folder of PEFT LoRA adapters, one per sub-folder")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus /metrics on this port")] = None,
 ) -> None:
     """Pull tasks from the shared queue, batch them and answer; run as many as you like, anywhere."""
@@ -81,6 +93,10 @@ def worker(
         "model_dir": model_dir,
         "threads": threads,
         "max_batch_tokens": max_batch_tokens,
+        "device_budget": device_budget,
+        "host_budget": host_budget,
+        "pin": pin,
+        "lora_dir": lora_dir,
     }
     run_worker(EngineSettings(**{k: v for k, v in overrides.items() if v is not None}), metrics_port)
 
@@ -160,6 +176,45 @@ from pipeline.cli import ingest_command, reindex_command, search_command  # noqa
 app.command("ingest")(ingest_command)
 app.command("search")(search_command)
 app.command("reindex")(reindex_command)
+
+
+
+@app.command()
+def tune(
+    model: Annotated[str, typer.Argument(help="catalogue id or local checkpoint folder")],
+    device: Annotated[str, typer.Option(help="cpu or cuda[:N]")] = "cpu",
+    budgets: Annotated[str | None, typer.Option(help="token budgets to try, comma-separated")] = None,
+    dtypes: Annotated[str | None, typer.Option(help="precisions to try (CUDA), comma-separated")] = None,
+    latency_ms: Annotated[float, typer.Option(help="largest acceptable p99 batch latency")] = 500.0,
+    requests: Annotated[int, typer.Option(help="synthetic inputs in the workload")] = 256,
+    store: Annotated[Path | None, typer.Option(help="profile store (default ~/.cache/shoal/profiles.json)")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+) -> None:
+    """Measure token budgets (and precisions) on this hardware; store the best profile for (model, device)."""
+    from engine.config import EngineSettings
+    from engine.errors import ShoalError
+    from engine.tune import tune_model
+
+    overrides = {"device": device, "profile_store": store, "model_dir": model_dir}
+    settings = EngineSettings(**{k: v for k, v in overrides.items() if v is not None})
+    grid = [int(b) for b in budgets.split(",")] if budgets else None
+    try:
+        report = tune_model(model, settings, grid, dtypes.split(",") if dtypes else None, latency_ms, requests)
+    except ShoalError as e:
+        console.print(f"[red]{e.code}[/red]: {e.message}")
+        raise typer.Exit(1) from None
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    table = Table(title=f"shoal tune {report['model']} on {report['device']}")
+    for col in ("dtype", "max_batch_tokens", "tokens/s", "p50 ms", "p99 ms"):
+        table.add_column(col)
+    for r in report["grid"]:
+        row = [r["dtype"], str(r["max_batch_tokens"]), f"{r['tokens_per_s']:.0f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}"]
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"stored profile {report['profile']} in {settings.profile_store}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""Auto-tuned profiles: `shoal tune` writes the best profile per (model, device kind); the next load uses it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from engine.cards import Catalogue
+from engine.config import EngineSettings
+from engine.residency import ResidencyManager
+from engine.tune import ProfileStore, device_kind, synthetic_workload, tune_model
+from shoal.cli import app
+from tests.helpers import make_tiny_bert
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(make_tiny_bert(tmp_path_factory.mktemp("tune") / "m", seed=5))
+
+
+def test_workload_mixes_lengths() -> None:
+    seqs = synthetic_workload(100, 512, n=200)
+    lengths = sorted(len(s) for s in seqs)
+    assert lengths[0] < 32 and lengths[-1] > 256 and all(5 <= t < 100 for s in seqs for t in s)
+
+
+async def test_tune_stores_profile_and_next_load_uses_it(tiny: str, tmp_path: Path) -> None:
+    settings = EngineSettings(profile_store=tmp_path / "profiles.json")
+    report = tune_model(tiny, settings, budgets=[64, 128, 256], requests=24)
+    assert {r["max_batch_tokens"] for r in report["grid"]} == {64, 128, 256}
+    assert all(r["tokens_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"] for r in report["grid"])
+    stored = ProfileStore(settings.profile_store).get(tiny, device_kind("cpu"))
+    assert stored is not None and stored.max_batch_tokens in (64, 128, 256)
+    reg = ResidencyManager(Catalogue(), "cpu", True, settings)
+    loaded = await reg.get(tiny)
+    assert loaded.card.profile(loaded.profile_name()).max_batch_tokens == stored.max_batch_tokens
+
+
+async def test_auto_tune_on_first_load(tiny: str, tmp_path: Path) -> None:
+    store = tmp_path / "auto.json"
+    reg = ResidencyManager(Catalogue(), "cpu", True, EngineSettings(profile_store=store, auto_tune=True))
+    loaded = await reg.get(tiny)
+    entry = json.loads(store.read_text())[f"{tiny}@cpu"]
+    assert entry["report"]["auto"] is True
+    assert loaded.card.profile(None).max_batch_tokens == entry["profile"]["max_batch_tokens"]
+
+
+def test_cli_tune(tiny: str, tmp_path: Path) -> None:
+    store = tmp_path / "cli.json"
+    cmd = ["tune", tiny, "--budgets", "64,128", "--requests", "16", "--store", str(store), "--json"]
+    result = CliRunner().invoke(app, cmd)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["device"] == "cpu" and report["profile"]["max_batch_tokens"] in (64, 128)
+    assert f"{tiny}@cpu" in json.loads(store.read_text())
+
+
+def test_size_flags_parse() -> None:
+    s = EngineSettings(device_budget="512MB", host_budget="2GiB")
+    assert s.device_budget == 512_000_000 and s.host_budget == 2 * 1024**3
