@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -115,7 +116,7 @@ def _config(config: Path | None, db: str | None, collection: str | None, url: st
 
 async def _ingest_roots(jobs: list[tuple[Path, Any]], quiet: bool, as_json: bool) -> int:
     """Run ingest over (root, config) pairs with one client; returns the worst exit code."""
-    from pipeline.ingest import ingest_async, open_client
+    from pipeline.run import ingest_async, open_client
 
     client = open_client(jobs[0][1])
     worst = 0
@@ -206,17 +207,16 @@ def search_command(
         for h in hits:
             print(json.dumps({"id": h.id, "score": h.score, "text": h.text, **h.metadata}, default=str))
         return
-    t = Table(title=f"{len(hits)} hits for {query!r} ({mode})")
-    for col in ("#", "score", "source", "where", "text"):
-        t.add_column(col, overflow="fold")
+    out.print(f"[bold]{len(hits)} hits[/bold] for {query!r} ({mode}{', reranked' if rerank else ''})")
     for i, h in enumerate(hits, 1):
         m = h.metadata
         where = " > ".join(m.get("heading_path") or [])
-        if m.get("pages"):
-            where = f"p.{','.join(map(str, m['pages']))} " + where
-        text = h.text if len(h.text) < 300 else h.text[:297] + "..."
-        t.add_row(str(i), f"{h.score:.4f}", str(m.get("source")), where, text)
-    out.print(t)
+        pages = f"p.{','.join(map(str, m['pages']))}" if m.get("pages") else ""
+        head = "  ".join(x for x in (f"[cyan]{m.get('source')}[/cyan]", pages, f"[dim]{where}[/dim]") if x)
+        text = " ".join(h.text.split())
+        out.print(f"\n[bold]{i}.[/bold] {head}  [dim]score {h.score:.4f}[/dim]", soft_wrap=True)
+        body = textwrap.fill(text[:600] + ("..." if len(text) > 600 else ""), max(40, out.width - 4))
+        out.print(textwrap.indent(body, "   "), highlight=False)
 
 
 def reindex_command(
@@ -231,7 +231,7 @@ def reindex_command(
     """Re-run ingest over every root recorded in the store's manifest (for cron); --watch follows changes."""
     from connectors.base import open_store
     from pipeline.config import ConfigError, PipelineConfig
-    from pipeline.ingest import manifest_for
+    from pipeline.run import manifest_for
 
     uri = db or DEFAULT_DB
     manifest = manifest_for(open_store(uri), PipelineConfig(db=uri))

@@ -99,7 +99,8 @@ class PipelineConfig(BaseModel):
     steps: list[Step] = Field(default_factory=lambda: [Step(kind="dense", model=DEFAULT_MODEL)])
     engine: EngineConfig = Field(default_factory=EngineConfig)
     files_in_flight: int = Field(default=8, ge=1, description="documents parsed and enriched concurrently")
-    write_batch_rows: int = Field(default=512, ge=1, description="rows per store write")
+    write_batch_rows: int = Field(default=512, ge=1, description="rows per store write, at most")
+    write_interval_s: float = Field(default=2.0, gt=0, description="a write happens at least this often")
 
     @model_validator(mode="after")
     def _check(self) -> PipelineConfig:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from connectors.base import CollectionSpec, VectorStore, open_store, quote
+from engine.errors import ShoalError
 from pipeline.chunking import Chunk, Chunker
 from pipeline.config import ConfigError, PipelineConfig, load_config
 from pipeline.enrich import Enricher
@@ -117,13 +118,19 @@ class IngestRun:
         slots = asyncio.Semaphore(self.cfg.files_in_flight)
 
         async def one(f: SourceFile) -> None:
-            async with slots:
+            try:
                 done = await self._process(f)
+            finally:
+                slots.release()
             if done is not None:
                 await queue.put(done)
 
+        tasks: list[asyncio.Task[None]] = []
         try:
-            await asyncio.gather(*(one(f) for f in w.files))
+            for f in w.files:  # at most files_in_flight documents are read, parsed and enriched at once
+                await slots.acquire()
+                tasks.append(asyncio.create_task(one(f)))
+            await asyncio.gather(*tasks)
         finally:
             await queue.put(None)
             await writer
@@ -173,8 +180,12 @@ class IngestRun:
             self.s.parse_s += time.perf_counter() - t
         self.s.warnings += [FileIssue(path=f.rel, reason=w) for w in doc.warnings]
         t = time.perf_counter()
-        columns = await self.enricher.enrich(chunks)
-        self.s.embed_s += time.perf_counter() - t
+        try:
+            columns = await self.enricher.enrich(chunks)
+        except ShoalError as e:  # the engine refused or failed this document's tasks
+            return self._fail(f, digest, f"enrichment failed: {e.code}: {e.message}")
+        finally:
+            self.s.embed_s += time.perf_counter() - t
         self.s.chunks_embedded += len(chunks)
         self.s.tokens_embedded += sum(c.n_tokens for c in chunks)
         self.s.pages += doc.pages
@@ -200,14 +211,23 @@ class IngestRun:
         }  # fmt: skip
 
     async def _writer(self, queue: asyncio.Queue[_Done | None]) -> None:
-        """Batches finished files into store writes: pending ids, upsert, remove stale, then commit."""
+        """Batches finished files into store writes (by size or age): pending ids, upsert, drop stale, commit."""
         batch: list[_Done] = []
-        while True:
-            item = await queue.get()
-            if item is not None:
+        first_at, finished = 0.0, False
+        while not finished:
+            wait = None if not batch else max(0.0, first_at + self.cfg.write_interval_s - time.monotonic())
+            aged = False
+            try:
+                item = await asyncio.wait_for(queue.get(), wait)
+            except TimeoutError:
+                item, aged = None, True
+            if item is None and not aged:
+                finished = True
+            elif item is not None:
+                first_at = first_at if batch else time.monotonic()
                 batch.append(item)
             rows = sum(len(d.chunks) for d in batch)
-            if batch and (item is None or queue.empty() or rows >= self.cfg.write_batch_rows):
+            if batch and (finished or aged or rows >= self.cfg.write_batch_rows):
                 t = time.perf_counter()
                 try:
                     await asyncio.to_thread(self._write, batch)
@@ -216,8 +236,6 @@ class IngestRun:
                         self._fail(d.file, None, f"store write failed: {type(e).__name__}: {e}")
                 self.s.write_s += time.perf_counter() - t
                 batch = []
-            if item is None:
-                return
 
     def _write(self, batch: list[_Done]) -> None:
         root = str(self.root)

@@ -10,7 +10,7 @@ import numpy as np
 from connectors.base import Hit, SearchMode, SearchRequest, open_store
 from pipeline.config import DEFAULT_DB, ConfigError, PipelineConfig
 from pipeline.enrich import Enricher
-from pipeline.ingest import manifest_for, open_client
+from pipeline.run import manifest_for, open_client
 
 
 def collection_config(db: str, collection: str) -> PipelineConfig:

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# Install, then run the main job on the embedded default: start `shoal serve`, encode a sample over HTTP.
+# Install, then run the main job on the embedded default: ingest examples/docs into ./shoal-data, search it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-export HF_HUB_OFFLINE=1
-PORT=${PORT:-8765}
-.venv/bin/shoal serve --port "$PORT" --log-level warning &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-  curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
-  sleep 0.5
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+DB=${SHOAL_DEMO_DB:-lancedb://./shoal-data}
+echo "== shoal ingest examples/docs -> $DB"
+status=0
+.venv/bin/shoal ingest examples/docs --db "$DB" || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "ingest exited with $status" >&2
+  exit "$status"
+fi
+for q in "What does error code E-417 mean?" "How much notice is needed to end the lease?" \
+  "Which VHF channel does the harbour master monitor?"; do
+  echo "== shoal search \"$q\""
+  .venv/bin/shoal search "$q" --db "$DB" --top-k 3
 done
-echo "== shoal models"
-.venv/bin/shoal models
-echo "== shoal encode over HTTP (first 5 of 384 dims)"
-.venv/bin/shoal encode --url "http://127.0.0.1:$PORT" "shoal serves many small models from one engine" \
-  "Small task-specific models beat large general ones on narrow tasks" |
-  .venv/bin/python -c "import json,sys; [print(json.loads(l)['text'][:50], '->', [round(x, 4) for x in json.loads(l)['dense'][:5]]) for l in sys.stdin]"

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 import shoal
 from connectors.base import open_store
+from pipeline import ingest
 from pipeline.config import PipelineConfig
 from pipeline.corpus import write_doc
-from pipeline.ingest import ingest
 from pipeline.manifest import Manifest
 from shoal.cli import app
 

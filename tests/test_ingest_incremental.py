@@ -10,11 +10,10 @@ import pytest
 
 import shoal
 from connectors.base import open_store
+from pipeline import ingest, search
 from pipeline.config import ChunkConfig, ConfigError, PipelineConfig, Step
 from pipeline.corpus import write_doc
-from pipeline.ingest import ingest
 from pipeline.manifest import Manifest
-from pipeline.search import search
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 KNOWN = {

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 import shoal
+from pipeline import ingest, search
 from pipeline.config import ChunkConfig, PipelineConfig
-from pipeline.ingest import ingest
-from pipeline.search import search
 
 DOCS = Path(__file__).resolve().parent.parent / "examples" / "docs"
 
