@@ -183,3 +183,20 @@ def test_models_list_tasks_outputs_and_dims(setup: tuple[TestClient, torch.nn.Mo
     m3 = models["BAAI/bge-m3"]
     assert m3["dims"] == {"dense": 1024, "multivector": 1024, "sparse": 250002}
     assert set(m3["outputs"]) == {"dense", "sparse", "multivector"}
+
+
+def test_cli_models_lists_every_card_with_tasks_and_outputs() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from shoal.cli import app
+
+    r = CliRunner().invoke(app, ["models", "--json"])
+    assert r.exit_code == 0, r.output
+    infos = {i["name"]: i for i in json.loads(r.output)}
+    assert infos["BAAI/bge-reranker-v2-m3"]["tasks"] == ["score"]
+    assert infos["naver/splade-v3"]["outputs"] == ["sparse"] and infos["naver/splade-v3"]["dims"] == {"sparse": 30522}
+    assert infos["colbert-ir/colbertv2.0"]["dims"] == {"multivector": 128}
+    assert infos["Qwen/Qwen3-Embedding-0.6B"]["family"] == "qwen3"
+    assert infos["Alibaba-NLP/gte-modernbert-base"]["family"] == "modernbert"

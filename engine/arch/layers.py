@@ -88,8 +88,8 @@ def varlen_attention(
     causal: a token sees only itself and earlier tokens. window: a token sees tokens at most `window`
     positions away on either side (ModernBERT's local layers). Fewer KV heads than query heads is GQA.
     """
-    if flash_attn_varlen_func is not None and q.is_cuda:
-        return _flash(q, k, v, batch, causal, window)
+    if flash_attn_varlen_func is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+        return _flash(q, k, v, batch, causal, window)  # flash-attn takes half precision only
     out = torch.empty_like(q)
     gqa = k.shape[1] != q.shape[1]
     bounds = batch.cu_seqlens.tolist()
