@@ -88,6 +88,7 @@ class ResidencyManager:
         self._entries: OrderedDict[str, Entry] = OrderedDict()  # least recently used first
         self._loading: dict[str, asyncio.Task[LoadedModel]] = {}
         self._reserved = 0  # device bytes promised to loads in flight
+        self._wanted: dict[str, int] = {}  # callers waiting to acquire a model: it is not a victim meanwhile
         self._change = asyncio.Event()
         self._sweeper: asyncio.Task[None] | None = None
         self.loads = 0  # loads from disk
@@ -148,12 +149,18 @@ class ResidencyManager:
 
     async def acquire(self, model: str, wait: float | None = None) -> LoadedModel:
         """The model on the device, held there (never evicted) until `release(model)`."""
-        while True:
-            loaded = await self.get(model, wait)
-            e = self._entries.get(model)
-            if e is not None and e.tier == DEVICE and not e.moving and e.loaded is loaded:
-                e.in_use += 1
-                return loaded
+        self._wanted[model] = self._wanted.get(model, 0) + 1
+        try:
+            while True:
+                loaded = await self.get(model, wait)
+                e = self._entries.get(model)
+                if e is not None and e.tier == DEVICE and not e.moving and e.loaded is loaded:
+                    e.in_use += 1
+                    return loaded
+        finally:
+            self._wanted[model] -= 1
+            if not self._wanted[model]:
+                del self._wanted[model]
 
     def release(self, model: str) -> None:
         e = self._entries.get(model)
@@ -255,6 +262,7 @@ class ResidencyManager:
             loaded = await self._guarded_load(card.id, self._loader, card, self.device, self.offline)
         finally:
             self._reserved -= need
+            self._notify()
         read = footprint.disk_bytes(folder)
         self.disk_bytes_read += read
         if self.settings.auto_tune and self.profiles.get(card.id, device_kind(self.device)) is None:
@@ -311,7 +319,9 @@ class ResidencyManager:
                 await self._demote(victim)
                 continue
             left = deadline - time.monotonic()
-            busy = [e.model for e in self._entries.values() if e.tier == DEVICE and (e.in_use or e.moving)]
+            busy = [
+                m for m, e in self._entries.items() if e.tier == DEVICE and (e.in_use or e.moving or m in self._wanted)
+            ]
             if left <= 0 or not (busy or self._reserved):
                 raise ResourceExhausted(
                     f"no room for {exclude!r} on the device: {need} bytes needed, "
@@ -322,7 +332,8 @@ class ResidencyManager:
 
     def _victim(self, tier: str, exclude: str | None) -> Entry | None:
         for e in self._entries.values():
-            if e.tier == tier and not e.in_use and not e.pinned and not e.moving and e.model != exclude:
+            busy = e.in_use or e.moving or e.model in self._wanted
+            if e.tier == tier and not busy and not e.pinned and e.model != exclude:
                 return e
         return None
 
