@@ -34,7 +34,6 @@ from engine.errors import (
     error_from_code,
 )
 from engine.metrics import (
-    QUEUE_DEAD,
     QUEUE_DUPLICATES,
     QUEUE_EXPIRED,
     QUEUE_PENDING,
@@ -42,12 +41,11 @@ from engine.metrics import (
     QUEUE_PULLED,
     QUEUE_REDELIVERED,
 )
+from engine.nats_dead import DEAD, MAX_DELIVERIES, WORK, dead_letter, on_max_deliveries
 from engine.queue import Delivery, Task
 from engine.wire import packb, unpackb
 
 log = logging.getLogger("shoal.nats")
-WORK = "shoal.work"
-DEAD = "shoal.dead"
 BELL = "shoal.bell"
 # errors another attempt (maybe on another worker) can cure; the rest are answered at once
 RETRYABLE = (InternalError, ResourceExhausted, ModelLoadFailed, ModelLoading)
@@ -164,6 +162,8 @@ class NatsQueue:
             self._inbox = self.nc.new_inbox()
             await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_reply)
             self._bg.append(asyncio.create_task(self._watch_pending(), name="shoal-nats-pending"))
+            advisories = f"{MAX_DELIVERIES}.{self.settings.queue_stream}.*"
+            await self.nc.subscribe(advisories, cb=self._on_max_deliveries)
         if worker:
             await self.nc.subscribe(f"{BELL}.>", cb=self._on_bell)
             self._bg.append(asyncio.create_task(self._keep_alive(), name="shoal-nats-keepalive"))
@@ -222,6 +222,12 @@ class NatsQueue:
             return await future
         finally:
             self._waiting.pop(task.id, None)
+
+    async def _on_max_deliveries(self, msg: Msg) -> None:
+        try:
+            await on_max_deliveries(self, msg)
+        except Exception as e:  # noqa: BLE001 - a subscription callback must never die
+            log.warning("dead-letter handling failed: %s: %s", type(e).__name__, e)
 
     async def _on_reply(self, msg: Msg) -> None:
         body = unpackb(msg.data)
@@ -364,21 +370,7 @@ class NatsQueue:
                     await d.msg.in_progress()
 
     async def dead_letter(self, msg: Msg, task: Task | None, error: ShoalError, attempts: int) -> None:
-        """Copy a message to the dead-letter stream with its reason (deduplicated by task id)."""
-        model = task.model if task else "unknown"
-        headers = {
-            "Shoal-Error-Code": error.code,
-            "Shoal-Error": error.message[:1000],
-            "Shoal-Deliveries": str(attempts),
-            "Shoal-Model": model,
-            "Shoal-Source-Subject": msg.subject,
-        }
-        if task:
-            headers |= {"Shoal-Task-Id": task.id, "Nats-Msg-Id": f"dead-{task.id}"}
-        token = msg.subject[len(WORK) + 1 :] if msg.subject.startswith(WORK + ".") else "unknown"
-        await self.js.publish(f"{DEAD}.{token}", msg.data, stream=self.settings.queue_dead_stream, headers=headers)
-        QUEUE_DEAD.labels(model).inc()
-        log.error("task %s dead-lettered after %d deliveries: %s", task.id if task else "?", attempts, error.message)
+        await dead_letter(self, msg.subject, msg.data, task, error, attempts)
 
     async def close(self) -> None:
         for t in self._bg:

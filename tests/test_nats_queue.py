@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.config import EngineSettings
-from engine.errors import DeadlineExceeded, PayloadTooLarge, QueueFull
+from engine.errors import DeadlineExceeded, InternalError, PayloadTooLarge, QueueFull
 from engine.nats_queue import NatsQueue, subject_token
 from engine.queue import Task
 from engine.runtime import AsyncEngine
@@ -132,6 +132,30 @@ async def test_long_batch_is_kept_alive_by_in_progress_acks(nats_url: str, tmp_p
         assert d2 == []
         await d.ack({"ok": 1})
         assert await pending == {"ok": 1}
+    finally:
+        await gw.close()
+        await wq.close()
+
+
+async def test_task_whose_workers_all_die_is_dead_lettered_by_the_gateway(nats_url: str) -> None:
+    """No worker ever settles it (each 'dies' holding it): after max_deliver the client still gets an error."""
+    settings = EngineSettings(queue_url=nats_url, queue_ack_wait_s=0.5, queue_max_deliver=2)
+    gw = await NatsQueue.connect(settings, gateway=True, worker=False)
+    wq = await NatsQueue.connect(settings, gateway=False, worker=True)
+    try:
+        answer = asyncio.create_task(gw.submit(_task("m")))
+        for attempt in (1, 2):
+            (d,) = await asyncio.wait_for(wq.pull(prefer=[], max_tasks=10, max_tokens=1000, wait=0), 10)
+            assert d.attempt == attempt
+            wq._held.clear()  # the worker "dies": no ack, no in-progress
+        # a live worker keeps asking; the server then gives up on the task and says so in an advisory
+        asking = asyncio.create_task(wq.pull(prefer=[], max_tasks=10, max_tokens=1000, wait=0))
+        with pytest.raises(InternalError, match="dead-letter"):
+            await asyncio.wait_for(answer, 10)
+        asking.cancel()
+        dead = await gw.js.get_msg("SHOAL_DEAD", seq=1)
+        assert dead.headers and dead.headers["Shoal-Deliveries"] == "2"
+        assert (await gw.js.stream_info("SHOAL_WORK")).state.messages == 0
     finally:
         await gw.close()
         await wq.close()
