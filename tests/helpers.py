@@ -92,15 +92,12 @@ WORDS = [
 REPO = Path(__file__).resolve().parents[1]
 
 
-def write_bert_tokenizer(folder: Path) -> None:
-    """A WordPiece tokenizer over a small vocabulary, saved with tokenizer.json."""
-    from transformers import BertTokenizerFast
+def write_bert_tokenizer(folder: Path) -> int:
+    """A lower-casing WordPiece tokenizer.json over a small vocabulary; returns the vocabulary size."""
+    from tests.tiny_models import VOCAB, write_tokenizer
 
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *[f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]]
-    vocab += list("abcdefghijklmnopqrstuvwxyz0123456789.,!?")
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(str(folder))
+    write_tokenizer(folder)
+    return len(VOCAB)
 
 
 def make_tiny_bert(folder: Path, *, pooling: str = "mean", normalize: bool = True, seed: int = 0, **config) -> Path:
@@ -108,8 +105,7 @@ def make_tiny_bert(folder: Path, *, pooling: str = "mean", normalize: bool = Tru
     import torch
     from transformers import BertConfig, BertModel
 
-    write_bert_tokenizer(folder)
-    vocab_size = len((folder / "vocab.txt").read_text().split())
+    vocab_size = write_bert_tokenizer(folder)
     defaults = dict(
         vocab_size=vocab_size,
         hidden_size=32,

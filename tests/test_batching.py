@@ -37,12 +37,13 @@ def _texts(caller: int, n: int) -> list[str]:
 
 
 async def test_concurrent_callers_share_batches_under_budget(tiny_bert: Path) -> None:
-    budget = 256
+    budget = 1024
     settings = EngineSettings(max_batch_tokens=budget, batch_wait_ms=20)
     async with AsyncEngine(settings) as eng:
         model = str(tiny_bert)
         # reference: each caller alone
         alone = {c: await eng.encode(model, _texts(c, 6)) for c in range(12)}
+        alone_batches = len(eng.worker.stats.batches)
         eng.worker.stats.batches.clear()
         together = await asyncio.gather(*(eng.encode(model, _texts(c, 6)) for c in range(12)))
         batches = list(eng.worker.stats.batches)
@@ -50,8 +51,8 @@ async def test_concurrent_callers_share_batches_under_budget(tiny_bert: Path) ->
     assert all(tokens <= budget for _, _, tokens in batches)
     total_items = sum(items for _, items, _ in batches)
     assert total_items == 12 * 6
-    # shared: far fewer batches than requests, and at least one batch mixes items of several callers
-    assert len(batches) < 12
+    # shared: fewer batches than the callers needed alone, and some batch holds more than one caller's items
+    assert len(batches) < alone_batches
     assert max(items for _, items, _ in batches) > 6
     for c, results in enumerate(together):
         for got, want in zip(results, alone[c], strict=True):
