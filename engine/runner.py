@@ -14,7 +14,7 @@ from engine.arch.pooling import POOLERS
 from engine.cards import ModelCard, MultivectorSpec
 from engine.errors import ModelLoadFailed
 from engine.loader import load_modules
-from engine.lora import scope as lora_scope
+from engine.lora import forward as lora_forward
 from engine.tokenize import TextTokenizer, load_tokenizer
 from engine.weights import resolve_weights
 
@@ -100,8 +100,7 @@ class LoadedModel:
     def forward(self, seqs: list[Encoded] | list[list[int]]) -> tuple[Tensor, PackedBatch]:
         """Last hidden state of every token. -> [T, hidden] in the model's dtype, with the packed batch."""
         batch = self.pack(seqs)
-        with lora_scope(self, [getattr(s, "lora", None) for s in seqs], batch):
-            return self.backbone(batch), batch
+        return lora_forward(self, seqs, batch), batch  # the backbone, with each row's LoRA adapter if any
 
     def hidden_states(self, seqs: list[Encoded] | list[list[int]]) -> tuple[Tensor, PackedBatch]:
         """Last hidden state of every token. -> [T, hidden] float32, with the packed batch."""
