@@ -93,3 +93,17 @@ def total_memory(device: str) -> int:
     if device.startswith("cuda") and torch.cuda.is_available():
         return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def move_to(loaded: Any, device: str) -> None:
+    """Move every module of a loaded model; host copies of a CUDA model are pinned for fast copies back."""
+    if device == loaded.device:
+        return
+    for module in modules_of(loaded):
+        module.to(device, non_blocking=True)
+        if device == "cpu" and torch.cuda.is_available():
+            for t in [*module.parameters(), *module.buffers()]:
+                t.data = t.data.pin_memory()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+    loaded.device = device

@@ -116,15 +116,6 @@ class ResidencyManager:
     def pinned_models(self) -> list[str]:
         return sorted(self.pins | {c.id for c in self.catalogue.known() if c.pinned})
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "budget": dict(self.budget),
-            "used": {DEVICE: self.used(DEVICE), HOST: self.used(HOST)},
-            "models": {
-                m: {"tier": e.tier, "bytes": e.tensor_bytes, "in_use": e.in_use} for m, e in self._entries.items()
-            },
-        }
-
     # -- getting a model ---------------------------------------------------------------------------
 
     async def get(self, model: str, wait: float | None = None) -> LoadedModel:
@@ -234,7 +225,7 @@ class ResidencyManager:
             await self._make_room(need, exclude=e.model)
             self._reserved += need
             try:
-                await self._guarded_load(e.model, self._move, e.loaded, self.device)
+                await self._guarded_load(e.model, footprint.move_to, e.loaded, self.device)
             finally:
                 self._reserved -= need
             e.tier = DEVICE
@@ -348,7 +339,7 @@ class ResidencyManager:
                     break
                 self._drop(old)
             if self.used(HOST) + need <= self.budget[HOST]:
-                await asyncio.to_thread(self._move, e.loaded, self.host_device)
+                await asyncio.to_thread(footprint.move_to, e.loaded, self.host_device)
                 e.tier = HOST
                 self._record_eviction(e.model, DEVICE, HOST)
             else:
@@ -369,19 +360,6 @@ class ResidencyManager:
     def _record_eviction(self, model: str, src: str, dst: str) -> None:
         self.evictions.append((model, src, dst))
         EVICTIONS.labels(model, src, dst).inc()
-
-    def _move(self, loaded: LoadedModel, device: str) -> None:
-        """Move every module of a loaded model; host copies of a CUDA model are pinned for fast copies back."""
-        if device == loaded.device:
-            return
-        for module in footprint.modules_of(loaded):
-            module.to(device, non_blocking=True)
-            if device == "cpu" and torch.cuda.is_available():
-                for t in [*module.parameters(), *module.buffers()]:
-                    t.data = t.data.pin_memory()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize(device)
-        loaded.device = device
 
     async def free_device(self, exclude: str | None = None) -> int:
         """Demote every idle, unpinned model but `exclude` (out-of-memory recovery). -> bytes freed."""
