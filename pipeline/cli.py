@@ -128,7 +128,7 @@ async def _ingest_roots(jobs: list[tuple[Path, Any]], quiet: bool, as_json: bool
             finally:
                 progress.stop()
             if as_json:
-                print(s.model_dump_json())
+                print(s.model_dump_json(), flush=True)
             else:
                 print_summary(s)
             worst = max(worst, s.exit_code)
@@ -244,15 +244,21 @@ def reindex_command(
         raise typer.Exit(1)
     jobs = [(Path(r), PipelineConfig.model_validate({**c, "db": uri})) for _, r, c in roots]
     try:
-        code = asyncio.run(_ingest_roots(jobs, quiet, as_json))
         if not watch:
-            raise typer.Exit(code)
+            raise typer.Exit(asyncio.run(_ingest_roots(jobs, quiet, as_json)))
         from watchfiles import watch as watch_changes
 
-        console.print(f"watching {len(jobs)} folder(s); Ctrl-C to stop")
-        for changes in watch_changes(*[r for r, _ in jobs], debounce=2000, step=200):
+        # the watcher is live before the first pass, so an edit made during that pass is not missed
+        first = True
+        for changes in watch_changes(*[r for r, _ in jobs], debounce=1000, yield_on_timeout=True, rust_timeout=500):
+            if first:
+                asyncio.run(_ingest_roots(jobs, quiet, as_json))
+                console.print(f"watching {len(jobs)} folder(s); Ctrl-C to stop")
+                first = False
+                continue
             touched = {Path(p) for _, p in changes}
             todo = [(r, c) for r, c in jobs if any(r == t or r in t.parents for t in touched)]
-            asyncio.run(_ingest_roots(todo, quiet, as_json))
+            if todo:
+                asyncio.run(_ingest_roots(todo, quiet, as_json))
     except ConfigError as e:
         raise _fail(e) from None

@@ -17,7 +17,7 @@ from pipeline.enrich import Enricher
 from pipeline.manifest import Manifest
 from pipeline.parsers import Document, ParseError, parse
 from pipeline.sources import SourceFile, walk
-from pipeline.summary import FileIssue, IngestSummary
+from pipeline.summary import FileIssue, IngestSummary, StageClock
 
 
 class Progress(Protocol):
@@ -65,6 +65,7 @@ class IngestRun:
         self.progress = progress
         self.s = IngestSummary(root=str(self.root), db=cfg.db, collection=cfg.collection)
         self.coll = cfg.collection
+        self.clock = StageClock()
 
     async def prepare(self) -> None:
         """Everything that can fail on the config fails here, before a file is read."""
@@ -98,6 +99,8 @@ class IngestRun:
             await self._run()
         finally:
             self.s.wall_s = time.time() - started
+            busy = self.clock.busy
+            self.s.parse_s, self.s.embed_s, self.s.write_s = (busy.get(k, 0.0) for k in ("parse", "embed", "write"))
             self.manifest.record_run(
                 self.coll, str(self.root), started, "ok" if self.s.ok else "partial", self.s.model_dump()
             )
@@ -141,9 +144,8 @@ class IngestRun:
         changed = bool(self.s.chunks_written or self.s.chunks_deleted or self.s.orphans_removed)
         if self.progress:
             self.progress.phase("indexing")
-        t = time.perf_counter()
-        await asyncio.to_thread(self.store.finalize, self.coll, changed)
-        self.s.write_s += time.perf_counter() - t
+        with self.clock.stage("write"):
+            await asyncio.to_thread(self.store.finalize, self.coll, changed)
 
     async def _process(self, f: SourceFile) -> _Done | None:
         """Read, skip when unchanged, parse and chunk, enrich; failures are recorded, never raised."""
@@ -153,39 +155,35 @@ class IngestRun:
             return self._fail(
                 f, None, f"file too large: {f.size / 2**20:.1f} MiB, over the {self.cfg.source.max_file_mb:g} MiB limit"
             )
-        t = time.perf_counter()
-        try:
-            data = await asyncio.to_thread(f.path.read_bytes)
-        except OSError as e:
-            return self._fail(f, None, f"cannot read: {e.strerror or e}")
-        digest = hashlib.sha256(data).hexdigest()
-        if (
-            rec is not None
-            and rec.status == "ok"
-            and rec.content_hash == digest
-            and rec.fingerprint == self.s.fingerprint
-            and not rec.pending_ids
-        ):
-            self.s.files_unchanged += 1
-            if self.progress:
-                self.progress.file_done(f.rel, "unchanged", 0, 0)
-            return None
-        try:
-            doc, chunks = await asyncio.to_thread(self._parse_chunk, data, f, path)
-        except ParseError as e:
-            return self._fail(f, digest, str(e))
-        except Exception as e:  # noqa: BLE001 - one bad document never stops the run
-            return self._fail(f, digest, f"parser error: {type(e).__name__}: {e}")
-        finally:
-            self.s.parse_s += time.perf_counter() - t
+        with self.clock.stage("parse"):
+            try:
+                data = await asyncio.to_thread(f.path.read_bytes)
+            except OSError as e:
+                return self._fail(f, None, f"cannot read: {e.strerror or e}")
+            digest = hashlib.sha256(data).hexdigest()
+            if (
+                rec is not None
+                and rec.status == "ok"
+                and rec.content_hash == digest
+                and rec.fingerprint == self.s.fingerprint
+                and not rec.pending_ids
+            ):
+                self.s.files_unchanged += 1
+                if self.progress:
+                    self.progress.file_done(f.rel, "unchanged", 0, 0)
+                return None
+            try:
+                doc, chunks = await asyncio.to_thread(self._parse_chunk, data, f, path)
+            except ParseError as e:
+                return self._fail(f, digest, str(e))
+            except Exception as e:  # noqa: BLE001 - one bad document never stops the run
+                return self._fail(f, digest, f"parser error: {type(e).__name__}: {e}")
         self.s.warnings += [FileIssue(path=f.rel, reason=w) for w in doc.warnings]
-        t = time.perf_counter()
-        try:
-            columns = await self.enricher.enrich(chunks)
-        except ShoalError as e:  # the engine refused or failed this document's tasks
-            return self._fail(f, digest, f"enrichment failed: {e.code}: {e.message}")
-        finally:
-            self.s.embed_s += time.perf_counter() - t
+        with self.clock.stage("embed"):
+            try:
+                columns = await self.enricher.enrich(chunks)
+            except ShoalError as e:  # the engine refused or failed this document's tasks
+                return self._fail(f, digest, f"enrichment failed: {e.code}: {e.message}")
         self.s.chunks_embedded += len(chunks)
         self.s.tokens_embedded += sum(c.n_tokens for c in chunks)
         self.s.pages += doc.pages
@@ -228,13 +226,12 @@ class IngestRun:
                 batch.append(item)
             rows = sum(len(d.chunks) for d in batch)
             if batch and (finished or aged or rows >= self.cfg.write_batch_rows):
-                t = time.perf_counter()
-                try:
-                    await asyncio.to_thread(self._write, batch)
-                except Exception as e:  # noqa: BLE001 - a failed write fails its files, not the run
-                    for d in batch:
-                        self._fail(d.file, None, f"store write failed: {type(e).__name__}: {e}")
-                self.s.write_s += time.perf_counter() - t
+                with self.clock.stage("write"):
+                    try:
+                        await asyncio.to_thread(self._write, batch)
+                    except Exception as e:  # noqa: BLE001 - a failed write fails its files, not the run
+                        for d in batch:
+                            self._fail(d.file, None, f"store write failed: {type(e).__name__}: {e}")
                 batch = []
 
     def _write(self, batch: list[_Done]) -> None:

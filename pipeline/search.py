@@ -66,10 +66,8 @@ async def search_async(
 
 async def check_reranker(enricher: Enricher, model: str) -> None:
     listed = {m["name"]: m for m in await enricher.call("models")}
-    info = listed.get(model)
-    if info is None:
-        raise ConfigError(f"no reranker {model!r} in the catalogue")
-    if "score" not in info.get("tasks", []):
+    info = listed.get(model)  # a local checkpoint folder is not listed: the score call itself checks it
+    if info is not None and "score" not in info.get("tasks", []):
         raise ConfigError(f"model {model!r} cannot rerank: it supports {info.get('tasks')}, not 'score'")
     if getattr(enricher.client, "score", None) is None:
         raise ConfigError("this shoal client has no 'score' API yet, so --rerank is not available")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from pydantic import BaseModel, Field
 
 
@@ -32,9 +36,9 @@ class IngestSummary(BaseModel):
     chunks_written: int = 0
     chunks_deleted: int = 0
     orphans_removed: int = 0
-    parse_s: float = 0.0
-    embed_s: float = 0.0
-    write_s: float = 0.0
+    parse_s: float = Field(default=0.0, description="seconds during which some document was being read/parsed")
+    embed_s: float = Field(default=0.0, description="seconds during which some enrichment request was out")
+    write_s: float = Field(default=0.0, description="seconds during which the store or manifest was written")
     wall_s: float = 0.0
 
     @property
@@ -45,3 +49,24 @@ class IngestSummary(BaseModel):
     def exit_code(self) -> int:
         """0: all good; 3: some files failed or the walk was incomplete (everything else was ingested)."""
         return 0 if self.ok else 3
+
+
+class StageClock:
+    """Wall time during which a stage had at least one operation running (stages overlap in a run)."""
+
+    def __init__(self) -> None:
+        self.busy: dict[str, float] = {}
+        self._active: dict[str, int] = {}
+        self._since: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        if self._active.get(name, 0) == 0:
+            self._since[name] = time.perf_counter()
+        self._active[name] = self._active.get(name, 0) + 1
+        try:
+            yield
+        finally:
+            self._active[name] -= 1
+            if self._active[name] == 0:
+                self.busy[name] = self.busy.get(name, 0.0) + time.perf_counter() - self._since[name]
