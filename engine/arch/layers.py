@@ -92,20 +92,48 @@ def varlen_attention(
         return _flash(q, k, v, batch, causal, window)  # flash-attn takes half precision only
     out = torch.empty_like(q)
     gqa = k.shape[1] != q.shape[1]
+    if batch.key_lengths is None:  # sequences of equal length share one SDPA call, still without padding
+        for start, n, length in equal_length_runs(batch):
+            end = start + n * length
+            # n sequences of one length: [n*L, H, D] -> [n, H, L, D]
+            qs, ks, vs = (t[start:end].view(n, length, t.shape[1], t.shape[2]).transpose(1, 2) for t in (q, k, v))
+            mask = _window_mask(length, length, window, q.device)
+            o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
+            out[start:end] = o.transpose(1, 2).reshape(n * length, q.shape[1], q.shape[2])
+        return out
     bounds = batch.cu_seqlens.tolist()
-    keys = batch.key_lengths.tolist() if batch.key_lengths is not None else None
+    keys = batch.key_lengths.tolist()
     for b, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        n_keys = end - start if keys is None else keys[b]
-        # one sequence: [L, H, D] -> [1, H, L, D] for SDPA, with no padding mask because nothing is padded
+        n_keys = keys[b]
+        # one sequence: [L, H, D] -> [1, H, L, D]; keys are its first n_keys tokens
         qs = q[start:end].transpose(0, 1).unsqueeze(0)
         ks, vs = (t[start : start + n_keys].transpose(0, 1).unsqueeze(0) for t in (k, v))
-        mask = None
-        if window is not None:
-            distance = torch.arange(end - start, device=q.device)[:, None] - torch.arange(n_keys, device=q.device)
-            mask = distance.abs() <= window  # [L, n_keys]
+        mask = _window_mask(end - start, n_keys, window, q.device)
         o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
         out[start:end] = o.squeeze(0).transpose(0, 1)
     return out
+
+
+def _window_mask(n_queries: int, n_keys: int, window: int | None, device: torch.device) -> Tensor | None:
+    """[L, n_keys] True where a query may see a key (|i - j| <= window); None when there is no window."""
+    if window is None:
+        return None
+    distance = torch.arange(n_queries, device=device)[:, None] - torch.arange(n_keys, device=device)
+    return distance.abs() <= window
+
+
+def equal_length_runs(batch: PackedBatch) -> list[tuple[int, int, int]]:
+    """(first token, number of sequences, length) for each run of consecutive equal-length sequences."""
+    runs: list[tuple[int, int, int]] = []
+    start = 0
+    for length in batch.lengths:
+        if runs and runs[-1][2] == length:
+            first, n, _ = runs[-1]
+            runs[-1] = (first, n + 1, length)
+        else:
+            runs.append((start, 1, length))
+        start += length
+    return runs
 
 
 class RMSNorm(nn.Module):

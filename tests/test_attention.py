@@ -1,0 +1,50 @@
+"""Packed attention equals plain per-sequence softmax attention, including runs of equal-length sequences."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine.arch.layers import PackedBatch, equal_length_runs, varlen_attention
+
+
+def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None) -> torch.Tensor:
+    """One sequence, float64, written out: q [L, H, D], k/v [L, KV, D]."""
+    q, k, v = q.double(), k.double(), v.double()
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(q.shape[-1])  # [H, L, L]
+    i = torch.arange(q.shape[0])[:, None]
+    j = torch.arange(q.shape[0])[None, :]
+    allowed = torch.ones(q.shape[0], q.shape[0], dtype=torch.bool)
+    if causal:
+        allowed &= j <= i
+    if window is not None:
+        allowed &= (i - j).abs() <= window
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.einsum("hij,jhd->ihd", scores.softmax(-1), v)
+
+
+LENGTHS = [1, 1, 4, 4, 4, 9, 2, 2, 9]
+
+
+@pytest.mark.parametrize(("causal", "window", "kv_heads"), [(False, None, 4), (True, None, 2), (False, 2, 4), (True, 3, 1)])
+def test_varlen_attention_matches_naive(causal: bool, window: int | None, kv_heads: int) -> None:
+    torch.manual_seed(0)
+    batch = PackedBatch.from_token_lists([[1] * n for n in LENGTHS])
+    t = batch.num_tokens
+    q = torch.randn(t, 4, 8)
+    k = torch.randn(t, kv_heads, 8)
+    v = torch.randn(t, kv_heads, 8)
+    got = varlen_attention(q, k, v, batch, causal=causal, window=window)
+    bounds = batch.cu_seqlens.tolist()
+    for s, e in zip(bounds[:-1], bounds[1:], strict=True):
+        want = naive(q[s:e], k[s:e], v[s:e], causal, window)
+        assert (got[s:e].double() - want).abs().max().item() < 1e-5
+
+
+def test_equal_length_runs() -> None:
+    batch = PackedBatch.from_token_lists([[1] * n for n in LENGTHS])
+    assert equal_length_runs(batch) == [(0, 2, 1), (2, 3, 4), (14, 1, 9), (23, 2, 2), (27, 1, 9)]
