@@ -97,3 +97,21 @@ def test_schema_mismatch_and_unknown_store(tmp_path: Path, store: LanceDBStore) 
         open_store("qdrant://localhost:6333")
     with pytest.raises(StoreError, match="sparse"):
         store.search("c", SearchRequest(sparse={"indices": [1], "values": [1.0]}))
+
+
+def test_multivector_and_sparse_columns(tmp_path: Path) -> None:
+    s = open_store(f"lancedb://{tmp_path / 'mv'}")
+    s.ensure_collection(CollectionSpec("m", DIM, multivector_dim=4, sparse=True, classes=True))
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(6):
+        mv = rng.normal(size=(3 + i, 4)).astype(np.float32)
+        mv /= np.linalg.norm(mv, axis=1, keepdims=True)
+        rows.append(
+            row(i, f"t{i}", multivector=mv, sparse={"indices": [i, 100 + i], "values": [1.0, 0.5]}, classes=["x"])
+        )
+    s.upsert("m", rows)
+    got = {r["id"]: r for r in s.rows("m", ["id", "multivector", "sparse"])}
+    assert len(got["id-2"]["multivector"]) == 5 and got["id-2"]["sparse"] == {"indices": [2, 102], "values": [1.0, 0.5]}
+    hits = s.search("m", SearchRequest(multivector=rows[4]["multivector"], mode="multivector", top_k=2))
+    assert hits[0].id == "id-4", "MaxSim of a document's own token vectors is the best match"
