@@ -7,8 +7,7 @@ from typing import Any
 import httpx
 
 from engine.errors import InternalError, ShoalError, error_from_code
-from engine.results import to_encode_results
-from engine.schemas import build_encode_body, build_score_body
+from engine.results import ModelCalls
 from engine.wire import JSON, MSGPACK, decode_body, dumps_json, packb
 
 
@@ -29,7 +28,7 @@ def raise_for_error(response: httpx.Response) -> None:
     raise err
 
 
-class AsyncClient:
+class AsyncClient(ModelCalls):
     """Talks to `shoal serve` (or any SIE-compatible server) over HTTP; msgpack by default."""
 
     def __init__(
@@ -51,51 +50,10 @@ class AsyncClient:
         raise_for_error(r)
         return decode_body(r.content, r.headers.get("content-type"))
 
-    async def encode(
-        self,
-        model: str,
-        items: str | dict[str, Any] | list[str | dict[str, Any]],
-        *,
-        output_types: list[str] | None = None,
-        instruction: str | None = None,
-        output_dtype: str | None = None,
-        is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> Any:
-        """Encode one item (returns one result) or a list (returns a list of results, in order)."""
-        single = not isinstance(items, list)
-        body = build_encode_body(
-            [items] if single else items,  # type: ignore[list-item]
-            output_types=output_types,
-            instruction=instruction,
-            output_dtype=output_dtype,
-            is_query=is_query,
-            options=options,
-        )
-        results = to_encode_results((await self._post(f"/v1/encode/{model}", body))["items"])
-        if self._json:
-            import numpy as np
+    async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
+        return await self._post(f"/v1/encode/{model}", body)
 
-            for r in results:
-                if "dense" in r:
-                    r["dense"] = np.asarray(r["dense"])
-                if "multivector" in r:
-                    r["multivector"] = np.asarray(r["multivector"], dtype=np.float32)
-                if "sparse" in r:
-                    r["sparse"] = {k: np.asarray(v) for k, v in r["sparse"].items()}
-        return results[0] if single else results
-
-    async def score(
-        self,
-        model: str,
-        query: str | dict[str, Any],
-        items: list[str | dict[str, Any]],
-        *,
-        instruction: str | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
-        body = build_score_body(query, items, instruction=instruction, options=options)
+    async def score_body(self, model: str, body: Any) -> dict[str, Any]:
         return await self._post(f"/v1/score/{model}", body)
 
     async def models(self) -> list[dict[str, Any]]:

@@ -1,8 +1,25 @@
-"""Turning wire results into what SDK callers get back (same shape as the sie-sdk client returns)."""
+"""The SDK call surface shared by the in-process engine and the HTTP client, and result shaping.
+
+Both implement two primitives (`encode_body`, `score_body`: wire body in, wire result out); the
+user-facing `encode` and `score` are written once here on top of them.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
+
+import numpy as np
+
+from engine.schemas import build_encode_body, build_score_body
+
+WIRE_DTYPES = {"float32": np.float32, "float16": np.float16, "int8": np.int8, "binary": np.uint8}
+Items = str | dict[str, Any] | list[str | dict[str, Any]]
+
+
+def _array(values: Any, dtype: str) -> np.ndarray:
+    """A wire array as numpy: msgpack already gives arrays; JSON gives lists, typed by the wire dtype."""
+    return np.asarray(values, dtype=WIRE_DTYPES.get(dtype, np.float32))
 
 
 def to_encode_results(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -12,11 +29,61 @@ def to_encode_results(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         result: dict[str, Any] = {}
         if item.get("id") is not None:
             result["id"] = item["id"]
-        if item.get("dense") is not None:
-            result["dense"] = item["dense"]["values"]
-        if item.get("sparse") is not None:
-            result["sparse"] = {"indices": item["sparse"]["indices"], "values": item["sparse"]["values"]}
-        if item.get("multivector") is not None:
-            result["multivector"] = item["multivector"]["values"]
+        if (dense := item.get("dense")) is not None:
+            result["dense"] = _array(dense["values"], dense["dtype"])
+        if (sparse := item.get("sparse")) is not None:
+            indices = np.asarray(sparse["indices"], dtype=np.int64)
+            result["sparse"] = {"indices": indices, "values": _array(sparse["values"], sparse["dtype"])}
+        if (multi := item.get("multivector")) is not None:
+            result["multivector"] = _array(multi["values"], multi["dtype"])
         out.append(result)
     return out
+
+
+class ModelCalls(ABC):
+    """encode / score for SDK callers, over the two wire primitives an implementation provides."""
+
+    @abstractmethod
+    async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
+        """Encode a wire body; returns the wire result {model, items, timing}."""
+
+    @abstractmethod
+    async def score_body(self, model: str, body: Any) -> dict[str, Any]:
+        """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
+
+    async def encode(
+        self,
+        model: str,
+        items: Items,
+        *,
+        output_types: list[str] | None = None,
+        instruction: str | None = None,
+        output_dtype: str | None = None,
+        is_query: bool | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Any:
+        """Encode one item (returns one result) or a list (returns a list of results, in order)."""
+        single = not isinstance(items, list)
+        body = build_encode_body(
+            [items] if single else items,  # type: ignore[list-item]
+            output_types=output_types,
+            instruction=instruction,
+            output_dtype=output_dtype,
+            is_query=is_query,
+            options=options,
+        )
+        results = to_encode_results((await self.encode_body(model, body))["items"])
+        return results[0] if single else results
+
+    async def score(
+        self,
+        model: str,
+        query: str | dict[str, Any],
+        items: list[str | dict[str, Any]],
+        *,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
+        body = build_score_body(query, items, instruction=instruction, options=options)
+        return await self.score_body(model, body)

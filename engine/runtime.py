@@ -14,8 +14,8 @@ from engine.errors import DeadlineExceeded, InvalidInput, PayloadTooLarge
 from engine.metrics import QUEUE_DEPTH
 from engine.queue import InProcessQueue, Task, WorkQueue
 from engine.registry import ModelRegistry
-from engine.results import to_encode_results
-from engine.schemas import build_encode_body, build_score_body, parse_encode, parse_score
+from engine.results import ModelCalls
+from engine.schemas import parse_encode, parse_score
 from engine.worker import Worker
 
 log = logging.getLogger("shoal.engine")
@@ -26,7 +26,7 @@ def estimate_tokens(text: str) -> int:
     return len(text) // 4 + 2
 
 
-class AsyncEngine:
+class AsyncEngine(ModelCalls):
     """Annotates requests, enqueues them and (embedded mode) runs the worker that serves them."""
 
     def __init__(
@@ -168,49 +168,12 @@ class AsyncEngine:
         result["timing"]["total_ms"] = (time.perf_counter() - started) * 1000
         return {"model": model, **result}
 
-    async def encode(
-        self,
-        model: str,
-        items: str | dict[str, Any] | list[str | dict[str, Any]],
-        *,
-        output_types: list[str] | None = None,
-        instruction: str | None = None,
-        output_dtype: str | None = None,
-        is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> Any:
-        """Encode one item (returns one result) or a list (returns a list), like the HTTP clients."""
-        single = not isinstance(items, list)
-        body = build_encode_body(
-            [items] if single else items,  # type: ignore[list-item]
-            output_types=output_types,
-            instruction=instruction,
-            output_dtype=output_dtype,
-            is_query=is_query,
-            options=options,
-        )
-        results = to_encode_results((await self.encode_body(model, body))["items"])
-        return results[0] if single else results
-
     async def score_body(self, model: str, body: Any) -> dict[str, Any]:
         """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
         started = time.perf_counter()
         result = await self.submit(self.annotate_score(model, body))
         result["timing"]["total_ms"] = (time.perf_counter() - started) * 1000
         return {"model": model, **result}
-
-    async def score(
-        self,
-        model: str,
-        query: str | dict[str, Any],
-        items: list[str | dict[str, Any]],
-        *,
-        instruction: str | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
-        body = build_score_body(query, items, instruction=instruction, options=options)
-        return await self.score_body(model, body)
 
     async def models(self) -> list[dict[str, Any]]:
         """What /v1/models lists: each card, whether it is loaded, and its outputs."""
