@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:  # imported lazily at run time to keep --help fast
+    from engine.config import EngineSettings
 
 app = typer.Typer(
     help="shoal: serve many small models (embedders, rerankers, sparse, late interaction) from one engine.",
@@ -19,19 +22,36 @@ app = typer.Typer(
 console = Console()
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
+# Options shared by `serve` and `worker` (declared once).
+Preload = Annotated[list[str] | None, typer.Option(help="model to load before ready (repeatable)")]
+ModelDir = Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")]
+Threads = Annotated[int | None, typer.Option(help="torch CPU threads")]
+MaxBatchTokens = Annotated[int | None, typer.Option(help="token budget of one batch (overrides cards)")]
+DeviceBudget = Annotated[str | None, typer.Option(help="bytes of models on the device, e.g. 4GB")]
+HostBudget = Annotated[str | None, typer.Option(help="bytes of demoted models in host RAM, e.g. 512MB")]
+Pin = Annotated[list[str] | None, typer.Option(help="model kept resident, never evicted (repeatable)")]
+LoraDir = Annotated[Path | None, typer.Option(help="folder of PEFT LoRA adapters, one per sub-folder")]
+
+
+def settings_from(**overrides: Any) -> EngineSettings:
+    """EngineSettings from the options a user gave (None means: keep the default / SHOAL_* variable)."""
+    from engine.config import EngineSettings
+
+    return EngineSettings(**{k: v for k, v in overrides.items() if v is not None and v != []})
+
 
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
-    preload: Annotated[list[str] | None, typer.Option(help="model to load before ready (repeatable)")] = None,
-    model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
-    max_batch_tokens: Annotated[int | None, typer.Option(help="token budget of one batch (overrides cards)")] = None,
-    device_budget: Annotated[str | None, typer.Option(help="bytes of models on the device, e.g. 4GB")] = None,
-    host_budget: Annotated[str | None, typer.Option(help="bytes of demoted models in host RAM, e.g. 512MB")] = None,
-    pin: Annotated[list[str] | None, typer.Option(help="model kept resident, never evicted (repeatable)")] = None,
-    lora_dir: Annotated[Path | None, typer.Option(help="folder of PEFT LoRA adapters, one per sub-folder")] = None,
+    preload: Preload = None,
+    model_dir: ModelDir = None,
+    threads: Threads = None,
+    max_batch_tokens: MaxBatchTokens = None,
+    device_budget: DeviceBudget = None,
+    host_budget: HostBudget = None,
+    pin: Pin = None,
+    lora_dir: LoraDir = None,
     api_key: Annotated[
         str | None, typer.Option(envvar="SHOAL_API_KEY", help="require 'Authorization: Bearer KEY'")
     ] = None,
@@ -43,25 +63,23 @@ def serve(
     """Run the HTTP server: embedded in-process engine, or with --queue a gateway feeding `shoal worker`s."""
     import uvicorn
 
-    from engine.config import EngineSettings
     from engine.gateway import create_app
     from engine.runtime import AsyncEngine
 
-    overrides = {
-        "host": host,
-        "port": port,
-        "preload": preload or [],
-        "model_dir": model_dir,
-        "threads": threads,
-        "max_batch_tokens": max_batch_tokens,
-        "device_budget": device_budget,
-        "host_budget": host_budget,
-        "pin": pin,
-        "lora_dir": lora_dir,
-        "api_key": api_key,
-        "queue_url": queue,
-    }
-    settings = EngineSettings(**{k: v for k, v in overrides.items() if v is not None})
+    settings = settings_from(
+        host=host,
+        port=port,
+        preload=preload,
+        model_dir=model_dir,
+        threads=threads,
+        max_batch_tokens=max_batch_tokens,
+        device_budget=device_budget,
+        host_budget=host_budget,
+        pin=pin,
+        lora_dir=lora_dir,
+        api_key=api_key,
+        queue_url=queue,
+    )
     engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
     uvicorn.run(create_app(engine), host=host, port=port, log_level=log_level)
 
@@ -72,33 +90,32 @@ def worker(
     models: Annotated[
         list[str] | None, typer.Option("--models", "-m", help="serve only these models (repeatable); default any")
     ] = None,
-    preload: Annotated[list[str] | None, typer.Option(help="model to load before pulling (repeatable)")] = None,
-    model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
-    max_batch_tokens: Annotated[int | None, typer.Option(help="token budget of one batch (overrides cards)")] = None,
-    device_budget: Annotated[str | None, typer.Option(help="bytes of models on the device, e.g. 4GB")] = None,
-    host_budget: Annotated[str | None, typer.Option(help="bytes of demoted models in host RAM, e.g. 512MB")] = None,
-    pin: Annotated[list[str] | None, typer.Option(help="model kept resident, never evicted (repeatable)")] = None,
-    lora_dir: Annotated[Path | None, typer.Option(help="folder of PEFT LoRA adapters, one per sub-folder")] = None,
+    preload: Preload = None,
+    model_dir: ModelDir = None,
+    threads: Threads = None,
+    max_batch_tokens: MaxBatchTokens = None,
+    device_budget: DeviceBudget = None,
+    host_budget: HostBudget = None,
+    pin: Pin = None,
+    lora_dir: LoraDir = None,
     metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus /metrics on this port")] = None,
 ) -> None:
     """Pull tasks from the shared queue, batch them and answer; run as many as you like, anywhere."""
     from engine.cluster import run_worker
-    from engine.config import EngineSettings
 
-    overrides = {
-        "queue_url": queue,
-        "worker_models": models or None,
-        "preload": preload or [],
-        "model_dir": model_dir,
-        "threads": threads,
-        "max_batch_tokens": max_batch_tokens,
-        "device_budget": device_budget,
-        "host_budget": host_budget,
-        "pin": pin,
-        "lora_dir": lora_dir,
-    }
-    run_worker(EngineSettings(**{k: v for k, v in overrides.items() if v is not None}), metrics_port)
+    settings = settings_from(
+        queue_url=queue,
+        worker_models=models or None,
+        preload=preload,
+        model_dir=model_dir,
+        threads=threads,
+        max_batch_tokens=max_batch_tokens,
+        device_budget=device_budget,
+        host_budget=host_budget,
+        pin=pin,
+        lora_dir=lora_dir,
+    )
+    run_worker(settings, metrics_port)
 
 
 @app.command()
@@ -178,7 +195,6 @@ app.command("search")(search_command)
 app.command("reindex")(reindex_command)
 
 
-
 @app.command()
 def tune(
     model: Annotated[str, typer.Argument(help="catalogue id or local checkpoint folder")],
@@ -188,16 +204,14 @@ def tune(
     latency_ms: Annotated[float, typer.Option(help="largest acceptable p99 batch latency")] = 500.0,
     requests: Annotated[int, typer.Option(help="synthetic inputs in the workload")] = 256,
     store: Annotated[Path | None, typer.Option(help="profile store (default ~/.cache/shoal/profiles.json)")] = None,
-    model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
+    model_dir: ModelDir = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
     """Measure token budgets (and precisions) on this hardware; store the best profile for (model, device)."""
-    from engine.config import EngineSettings
     from engine.errors import ShoalError
     from engine.tune import tune_model
 
-    overrides = {"device": device, "profile_store": store, "model_dir": model_dir}
-    settings = EngineSettings(**{k: v for k, v in overrides.items() if v is not None})
+    settings = settings_from(device=device, profile_store=store, model_dir=model_dir)
     grid = [int(b) for b in budgets.split(",")] if budgets else None
     try:
         report = tune_model(model, settings, grid, dtypes.split(",") if dtypes else None, latency_ms, requests)
@@ -211,7 +225,13 @@ def tune(
     for col in ("dtype", "max_batch_tokens", "tokens/s", "p50 ms", "p99 ms"):
         table.add_column(col)
     for r in report["grid"]:
-        row = [r["dtype"], str(r["max_batch_tokens"]), f"{r['tokens_per_s']:.0f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}"]
+        row = [
+            r["dtype"],
+            str(r["max_batch_tokens"]),
+            f"{r['tokens_per_s']:.0f}",
+            f"{r['p50_ms']:.1f}",
+            f"{r['p99_ms']:.1f}",
+        ]
         table.add_row(*row)
     console.print(table)
     console.print(f"stored profile {report['profile']} in {settings.profile_store}")
