@@ -61,6 +61,15 @@ async def test_expired_task_is_dropped_unrun(queue: str, nats_url: str, tiny_ber
         assert eng.worker is not None and eng.worker.stats.items == 0
 
 
+async def wait_published(q: NatsQueue, n: int) -> None:
+    """Until the work stream holds n messages (publishes are slow on a busy machine); bounded."""
+    for _ in range(300):
+        if (await q.js.stream_info(q.settings.queue_stream)).state.messages >= n:
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"the work stream never held {n} messages")
+
+
 def _task(model: str, tokens: int = 10) -> Task:
     return Task(
         model=model, kind="encode", items=[{"text": "x"}], params={}, est_tokens=tokens, deadline=time.time() + 60
@@ -75,12 +84,12 @@ async def test_allow_list_and_locality(nats_url: str) -> None:
     anyone = await NatsQueue.connect(EngineSettings(queue_url=nats_url), gateway=False, worker=True)
     try:
         waiting = [asyncio.create_task(gw.submit(_task("b"))) for _ in range(3)]
-        await asyncio.sleep(0.3)
+        await wait_published(gw, 3)
         # a worker that may not serve "b" never takes its messages, however idle it is
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(only_a.pull(prefer=[], max_tasks=10, max_tokens=1000, wait=0), 1.5)
         waiting += [asyncio.create_task(gw.submit(_task("a", 600))) for _ in range(2)]
-        await asyncio.sleep(0.3)
+        await wait_published(gw, 5)
         # resident "a" fills the batch past half the budget: no load of "b" is taken on
         got = await anyone.pull(prefer=["a"], max_tasks=10, max_tokens=1000, wait=0)
         assert [d.task.model for d in got] == ["a", "a"]
@@ -109,9 +118,13 @@ async def test_payload_over_server_limit_is_413_and_pending_limit_503(nats_url: 
         with pytest.raises(PayloadTooLarge):
             await gw.submit(big)
         waiting = [asyncio.create_task(gw.submit(_task("m"))) for _ in range(2)]
-        await asyncio.sleep(0.1)
+        await wait_published(gw, 2)
+        for _ in range(200):  # and until the gateway's cached pending count has seen them
+            if await gw.depth() >= 2:
+                break
+            await asyncio.sleep(0.05)
         with pytest.raises(QueueFull) as info:
-            await gw.submit(_task("m"))
+            await asyncio.wait_for(gw.submit(_task("m")), 30)  # bounded: a regression fails, never hangs
         assert info.value.retry_after and info.value.status == 503
         for w in waiting:
             w.cancel()
