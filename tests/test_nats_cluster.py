@@ -215,7 +215,9 @@ def test_backpressure_503_then_expired_tasks_dropped_unrun(ns: NatsServer, tiny_
         ]
         for t in fill:
             t.start()
-        time.sleep(1.0)
+        until = time.monotonic() + 2.5  # the three are published and the gateway's cached count has seen them
+        while scrape(f"{gw.url}/metrics", "shoal_queue_pending") < 3 and time.monotonic() < until:
+            time.sleep(0.05)
         r = httpx.post(url, content=body, headers=MP, timeout=60)
         assert r.status_code == 503 and r.json()["detail"]["code"] == "QUEUE_FULL"
         assert int(r.headers["Retry-After"]) >= 1
