@@ -8,6 +8,7 @@ task shares the same packed batches.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,6 +19,8 @@ from engine.encoding import BatchHook
 from engine.errors import InvalidInput, ModelLoadFailed, ShoalError
 from engine.queue import Task
 from engine.runner import Encoded, LoadedModel
+
+KindHook = Callable[[str, int, int, str], None]  # (model, items, tokens, task kind) of each forward batch
 
 
 def _prompts(model: LoadedModel, query: str, docs: list[str], instruction: str | None, truncate: bool) -> list[Encoded]:
@@ -131,7 +134,7 @@ def run_score(
 
 
 def run_tasks(
-    model: LoadedModel, tasks: list[Task], max_tokens: int, max_items: int, on_batch: BatchHook | None = None
+    model: LoadedModel, tasks: list[Task], max_tokens: int, max_items: int, on_batch: KindHook | None = None
 ) -> list[dict[str, Any] | ShoalError]:
     """Run a mixed list of encode and score tasks of one model; outcomes in the tasks' order."""
     from engine.encoding import run_encode
@@ -140,9 +143,15 @@ def run_tasks(
     for kind, runner in (("encode", run_encode), ("score", run_score)):
         idx = [i for i, t in enumerate(tasks) if t.kind == kind]
         if idx:
-            for i, o in zip(idx, runner(model, [tasks[i] for i in idx], max_tokens, max_items, on_batch), strict=True):
+            hook = None if on_batch is None else _labelled(on_batch, kind)
+            for i, o in zip(idx, runner(model, [tasks[i] for i in idx], max_tokens, max_items, hook), strict=True):
                 outcomes[i] = o
     for i, t in enumerate(tasks):
         if t.kind not in ("encode", "score"):
             outcomes[i] = InvalidInput(f"task kind {t.kind!r} is not served by this worker")
     return outcomes
+
+
+def _labelled(on_batch: KindHook, kind: str) -> BatchHook:
+    """The hook with the task kind passed along (metrics count encode and score batches apart)."""
+    return lambda model, items, tokens: on_batch(model, items, tokens, kind)

@@ -29,13 +29,13 @@ class WorkerStats:
     items: int = 0
     tokens: int = 0
 
-    def record(self, model: str, items: int, tokens: int) -> None:
+    def record(self, model: str, items: int, tokens: int, kind: str = "encode") -> None:
         self.batches.append((model, items, tokens))
         self.items += items
         self.tokens += tokens
         BATCH_TOKENS.labels(model).observe(tokens)
         TOKENS.labels(model).inc(tokens)
-        ITEMS.labels(model, "encode").inc(items)
+        ITEMS.labels(model, kind).inc(items)
 
 
 class Worker:

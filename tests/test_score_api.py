@@ -200,3 +200,12 @@ def test_cli_models_lists_every_card_with_tasks_and_outputs() -> None:
     assert infos["colbert-ir/colbertv2.0"]["dims"] == {"multivector": 128}
     assert infos["Qwen/Qwen3-Embedding-0.6B"]["family"] == "qwen3"
     assert infos["Alibaba-NLP/gte-modernbert-base"]["family"] == "modernbert"
+
+
+def test_score_batches_are_counted_as_score(setup: tuple[TestClient, torch.nn.Module]) -> None:
+    client, _ = setup
+    body = {"query": {"text": QUERY}, "items": [{"text": d} for d in DOCS[:3]]}
+    assert client.post(f"/v1/score/{CE}", json=body).status_code == 200
+    metrics = client.get("/metrics").text
+    assert f'shoal_items_total{{model="{CE}",task="score"}}' in metrics
+    assert f'shoal_items_total{{model="{CE}",task="encode"}}' not in metrics
