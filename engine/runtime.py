@@ -104,10 +104,7 @@ class AsyncEngine(ModelCalls):
             raise InvalidInput(f"model {model!r} cannot produce {missing}; it produces {card.outputs}")
         if p.options.dimensions is not None and card.dense_dim and p.options.dimensions > card.dense_dim:
             raise InvalidInput(f"dimensions {p.options.dimensions} is over the model's {card.dense_dim}")
-        lora = p.options.lora or card.profile(p.options.profile).lora
-        if lora is not None:  # a request's adapter, else its profile's: it must exist (400 otherwise)
-            self.registry.lora.resolve(card, lora)
-            p.options.lora = lora
+        p.options.lora = self._adapter(card, p.options.lora, p.options.profile)
         items = [item.model_dump(exclude_none=True) for item in req.items]
         return Task(
             model=model,
@@ -118,6 +115,13 @@ class AsyncEngine(ModelCalls):
             deadline=time.time() + s.request_timeout_s,
             tenant=tenant,
         )
+
+    def _adapter(self, card: ModelCard, lora: str | None, profile: str | None) -> str | None:
+        """A request's LoRA adapter, else its profile's; it must exist (400 otherwise)."""
+        lora = lora or card.profile(profile).lora
+        if lora is not None:
+            self.registry.lora.resolve(card, lora)
+        return lora
 
     def annotate_score(self, model: str, body: Any, tenant: str | None = None) -> Task:
         """Validate a score body cheaply and wrap it as a queue task (the candidates are its items)."""
@@ -131,7 +135,7 @@ class AsyncEngine(ModelCalls):
             if len(item.text) > s.max_item_chars:
                 where = "query" if i == 0 else f"items.{i - 1}"
                 raise PayloadTooLarge(f"{where}: {len(item.text)} characters is over {s.max_item_chars}")
-        card.profile(req.options.profile)
+        req.options.lora = self._adapter(card, req.options.lora, req.options.profile)
         items = [item.model_dump(exclude_none=True) for item in req.items]
         query = req.query.model_dump(exclude_none=True)
         params: dict[str, Any] = {"query": query, "options": req.options.model_dump(exclude_none=True)}

@@ -130,6 +130,7 @@ class ScoreOptions(BaseModel):
 
     truncate: bool | None = None
     profile: str | None = None
+    lora: str | None = None
 
 
 class ScoreRequest(BaseModel):

@@ -17,6 +17,7 @@ from engine import outputs
 from engine.batching import pack_by_budget
 from engine.encoding import BatchHook
 from engine.errors import InvalidInput, ModelLoadFailed, ShoalError
+from engine.lora import task_adapter
 from engine.queue import Task
 from engine.runner import Encoded, LoadedModel
 
@@ -41,7 +42,16 @@ def _prompts(model: LoadedModel, query: str, docs: list[str], instruction: str |
 
 
 def score_task_inputs(model: LoadedModel, task: Task) -> list[Encoded]:
-    """The sequences one score task needs: one per pair, or (MaxSim) the query then each candidate."""
+    """The sequences one score task needs, each tagged with the task's LoRA adapter (if any)."""
+    encoded = _score_sequences(model, task)
+    adapter = task_adapter(model, task.params)  # loaded and checked here: a bad adapter fails only its task
+    for e in encoded:
+        e.lora = adapter
+    return encoded
+
+
+def _score_sequences(model: LoadedModel, task: Task) -> list[Encoded]:
+    """One sequence per pair, or (MaxSim) the query then each candidate."""
     spec = model.card.score
     assert spec is not None
     query = task.params["query"]["text"]

@@ -115,3 +115,47 @@ async def test_card_profile_selects_adapter(setup: tuple[Path, Path], tmp_path: 
         plain = await engine.encode("tiny-lora", "hello world")
     np.testing.assert_allclose(by_profile["dense"], by_name["dense"], atol=1e-6)
     assert np.abs(by_profile["dense"] - plain["dense"]).max() > 1e-3
+
+
+async def test_adapter_applies_to_score_tasks(tmp_path: Path) -> None:
+    """A cross-encoder scored through an adapter matches peft's merged reference; a bad adapter is a 400."""
+    from transformers import BertForSequenceClassification
+
+    from tests.tiny_models import make, write_card
+
+    make("bert", "ForSequenceClassification", tmp_path / "ce", num_labels=1)
+    torch.manual_seed(5)
+    base_model = BertForSequenceClassification.from_pretrained(str(tmp_path / "ce"))
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], init_lora_weights=False)
+    peft.get_peft_model(base_model, config).save_pretrained(str(tmp_path / "adapters" / "legal"))
+    card = {
+        "id": "tiny/ce",
+        "family": "bert",
+        "pooling": "cls",
+        "max_seq_len": 64,
+        "source": {"path": str(tmp_path / "ce")},
+    }
+    card |= {"tasks": ["score"], "outputs": ["score"], "score": {"kind": "classifier"}}
+    card |= {"profiles": {"default": {"max_batch_tokens": 1024}}}
+    write_card(tmp_path / "cards", card)
+    docs = ["the cat sat on the mat", "paris is in france", "a dog"]
+    settings = EngineSettings(model_dir=tmp_path / "cards", lora_dir=tmp_path / "adapters", offline=True)
+    async with AsyncEngine(settings) as engine:
+        tuned = await engine.score("tiny/ce", "where is paris", docs, options={"lora": "legal"})
+        plain = await engine.score("tiny/ce", "where is paris", docs)
+        loaded = await engine.registry.get("tiny/ce")
+        with pytest.raises(InvalidInput, match="nope"):
+            await engine.score("tiny/ce", "where is paris", docs, options={"lora": "nope"})
+    plain_ref = BertForSequenceClassification.from_pretrained(str(tmp_path / "ce")).eval()
+    merged_ref = peft.PeftModel.from_pretrained(
+        BertForSequenceClassification.from_pretrained(str(tmp_path / "ce")), str(tmp_path / "adapters" / "legal")
+    ).merge_and_unload()
+    pairs = loaded.encode_pairs([("where is paris", d) for d in docs], truncate=True)
+    scores = {}
+    for name, result, ref in (("tuned", tuned, merged_ref.eval()), ("plain", plain, plain_ref)):
+        scores[name] = {int(s["item_id"].split("-")[1]): s["score"] for s in result["scores"]}
+        for i, enc in enumerate(pairs):
+            with torch.no_grad():
+                logit = ref(input_ids=torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids])).logits[0, 0]
+            assert abs(scores[name][i] - torch.sigmoid(logit).item()) <= 1e-5
+    assert max(abs(scores["tuned"][i] - scores["plain"][i]) for i in range(len(docs))) > 1e-4  # it really applies
