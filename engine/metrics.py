@@ -31,6 +31,7 @@ QUEUE_REDELIVERED = Counter("shoal_queue_redeliveries_total", "Tasks pulled agai
 QUEUE_DEAD = Counter("shoal_queue_dead_letters_total", "Tasks moved to the dead-letter stream", ["model"])
 QUEUE_EXPIRED = Counter("shoal_queue_expired_total", "Tasks dropped unrun because their deadline passed", ["model"])
 QUEUE_DUPLICATES = Counter("shoal_queue_duplicate_results_total", "Results ignored because the request was answered")
+QUEUE_HELD = Gauge("shoal_queue_held", "Tasks this worker pulled and has not settled yet")
 QUEUE_PENDING = Gauge("shoal_queue_pending", "Tasks pending in a queue stream (for autoscaling)", ["stream"])
 
 # residency (engine/residency.py) and LoRA adapters (engine/lora.py)

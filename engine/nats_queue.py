@@ -36,6 +36,7 @@ from engine.errors import (
 from engine.metrics import (
     QUEUE_DUPLICATES,
     QUEUE_EXPIRED,
+    QUEUE_HELD,
     QUEUE_PENDING,
     QUEUE_PULL_BATCH,
     QUEUE_PULLED,
@@ -81,7 +82,7 @@ class NatsDelivery:
         await self.queue.nc.publish(self.reply, data)
 
     async def _settle(self, how: str) -> None:
-        self.queue._held.pop(id(self), None)
+        self.queue.release(self)
         with contextlib.suppress(*NATS_ERRORS):  # a lost ack means a redelivery, and the gateway drops duplicates
             await (self.msg.ack() if how == "ack" else self.msg.term())
 
@@ -91,7 +92,7 @@ class NatsDelivery:
         await self._settle("ack")
 
     async def nak(self, delay: float = 0.0) -> None:
-        self.queue._held.pop(id(self), None)
+        self.queue.release(self)
         with contextlib.suppress(*NATS_ERRORS):
             await self.msg.nak(delay=delay or None)
 
@@ -128,6 +129,7 @@ class NatsQueue:
         self._subs: dict[str, tuple[Subscription, str]] = {}
         self._held: dict[int, NatsDelivery] = {}
         self._bell = asyncio.Event()
+        self._avg_task_tokens = 256.0  # running mean of pulled tasks' estimated tokens (sizes each pull)
         self._pending = 0
         self._inbox = ""
         self._bg: list[asyncio.Task[None]] = []
@@ -316,6 +318,7 @@ class NatsQueue:
             if d.attempt > 1:
                 QUEUE_REDELIVERED.labels(d.task.model).inc()
             self._held[id(d)] = d
+            QUEUE_HELD.set(len(self._held))
             out.append(d)
         return out
 
@@ -347,18 +350,32 @@ class NatsQueue:
             if phase == 1 and tokens >= max_tokens // 2:  # busy with resident models: leave loads to idle workers
                 break
             for token in order:
-                if len(got) >= max_tasks or tokens >= max_tokens:
-                    break
-                batch = await self._fetch(token, min(pending[token], max_tasks - len(got)))
-                got += batch
-                tokens += sum(d.task.est_tokens for d in batch)
+                left = pending[token]
+                while left > 0 and len(got) < max_tasks and tokens < max_tokens:
+                    # take about what fits the budget, not all that is pending: other workers want some too
+                    fits = max(1, int((max_tokens - tokens) / self._avg_task_tokens))
+                    batch = await self._fetch(token, min(left, max_tasks - len(got), fits))
+                    if not batch:
+                        break
+                    got += batch
+                    left -= len(batch)
+                    tokens += sum(d.task.est_tokens for d in batch)
+                    mean = sum(d.task.est_tokens for d in batch) / len(batch)
+                    self._avg_task_tokens = 0.8 * self._avg_task_tokens + 0.2 * mean
         if got and wait > 0 and len(got) < max_tasks and tokens < max_tokens:
             await asyncio.sleep(wait)  # linger to fill the batch, as the in-process queue does
             for token in dict.fromkeys(subject_token(d.task.model) for d in got):
+                fits = max(1, int((max_tokens - tokens) / self._avg_task_tokens))
                 with contextlib.suppress(nats.js.errors.Error):
-                    batch = await self._fetch(token, max_tasks - len(got))
+                    batch = await self._fetch(token, min(max_tasks - len(got), fits))
                     got += batch
+                    tokens += sum(d.task.est_tokens for d in batch)
         return list(got)
+
+    def release(self, d: NatsDelivery) -> None:
+        """A delivery was settled (or given back): it is no longer this worker's to keep alive."""
+        self._held.pop(id(d), None)
+        QUEUE_HELD.set(len(self._held))
 
     async def _keep_alive(self) -> None:
         """In-progress acks for every held task, so long batches are not redelivered under a live worker."""

@@ -19,6 +19,7 @@ from engine.registry import ModelRegistry
 from engine.scoring import run_tasks
 
 log = logging.getLogger("shoal.worker")
+DEFAULT_PULL_TOKENS = 8192  # before any model is resident
 
 
 @dataclass
@@ -46,7 +47,6 @@ class Worker:
         self.registry = registry
         self.settings = settings
         self.stats = WorkerStats()
-        self.pull_tokens = 4 * (settings.max_batch_tokens or 8192)
         self._cold: set[asyncio.Task[None]] = set()  # batches waiting for their model to load
 
     async def run(self) -> None:
@@ -54,7 +54,7 @@ class Worker:
             deliveries = await self.queue.pull(
                 prefer=self.registry.resident(),
                 max_tasks=1024,
-                max_tokens=self.pull_tokens,
+                max_tokens=self.pull_budget(),
                 wait=self.settings.batch_wait_ms / 1000,
             )
             by_model: dict[str, list[Delivery]] = defaultdict(list)
@@ -67,6 +67,18 @@ class Worker:
                     task = asyncio.create_task(self.serve(model, group))
                     self._cold.add(task)
                     task.add_done_callback(self._cold.discard)
+
+    def pull_budget(self) -> int:
+        """Estimated tokens to take per pull: one batch of the largest resident model, so that with several
+        workers on one queue the rest stays for the idle ones instead of one worker hoarding it."""
+        if self.settings.max_batch_tokens:
+            return self.settings.max_batch_tokens
+        cuda = self.settings.device.startswith("cuda")
+        budgets = []
+        for model in self.registry.resident():
+            card = self.registry.catalogue.get(model)
+            budgets.append(card.profile("cuda" if cuda and "cuda" in card.profiles else None).max_batch_tokens)
+        return max(budgets, default=DEFAULT_PULL_TOKENS)
 
     async def serve(self, model: str, group: list[Delivery]) -> None:
         """Run one model's deliveries; every delivery is acked or termed, whatever happens."""

@@ -113,9 +113,10 @@ def test_two_workers_serve_2000_requests_from_16_clients(ns: NatsServer, tiny_be
 def test_sigkill_a_worker_mid_flight_every_request_answered_once(
     ns: NatsServer, tiny_bert: Path, reference: dict
 ) -> None:
-    env = {"SHOAL_QUEUE_ACK_WAIT_S": "2"}
-    # the victim lingers 300 ms on every pull, so it almost always holds unacked tasks when it dies
-    victim = WorkerProc(ns.url, env={**env, "SHOAL_BATCH_WAIT_MS": "300"})
+    # both workers linger 300 ms on every pull: the victim almost always holds unacked tasks when it dies,
+    # and the two share the stream evenly (a faster survivor could otherwise take nearly all of it)
+    env = {"SHOAL_QUEUE_ACK_WAIT_S": "2", "SHOAL_BATCH_WAIT_MS": "300"}
+    victim = WorkerProc(ns.url, env=env)
     survivor = WorkerProc(ns.url, env=env)
     gw = None
     try:
@@ -128,6 +129,8 @@ def test_sigkill_a_worker_mid_flight_every_request_answered_once(
         deadline = time.monotonic() + 120
         while victim.metric("shoal_queue_pulled_total") < 30 and time.monotonic() < deadline:
             time.sleep(0.05)
+        while victim.metric("shoal_queue_held") == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # kill it while it holds pulled, unanswered tasks
         os.kill(victim.proc.pid, signal.SIGKILL)
         victim.proc.wait()
         runner.join(timeout=300)
