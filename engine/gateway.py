@@ -10,8 +10,10 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.errors import InternalError, PayloadTooLarge, ShoalError, Unauthorized
+from engine.cards import check_task
+from engine.errors import InternalError, InvalidInput, PayloadTooLarge, ShoalError, Unauthorized
 from engine.metrics import LATENCY, QUEUE_DEPTH, REQUESTS
 from engine.openai_compat import embeddings_body, embeddings_response
 from engine.runtime import AsyncEngine
@@ -19,6 +21,7 @@ from engine.schemas import rerank_body
 from engine.wire import decode_body, encode_response, response_type
 
 OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
+ENDPOINTS = {"encode", "score", "extract", "embeddings", "rerank", "models"}
 
 
 def error_response(err: ShoalError, openai: bool = False) -> JSONResponse:
@@ -75,10 +78,19 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         except Exception as e:  # noqa: BLE001 - last resort: a typed 500, and the server stays up
             response = error_response(InternalError(f"{type(e).__name__}: {e}"), openai)
         if path.startswith("/v1/"):
-            model = request.scope.get("shoal_model", "")
-            REQUESTS.labels(path.split("/")[2], model, str(response.status_code)).inc()
-            LATENCY.labels(path.split("/")[2], model).observe(time.perf_counter() - started)
+            # bounded label sets: arbitrary paths and unknown model names must not grow the metrics
+            endpoint = path.split("/")[2] if path.split("/")[2] in ENDPOINTS else "other"
+            model = request.scope.get("shoal_model", "") if response.status_code != 404 else "unknown"
+            REQUESTS.labels(endpoint, model, str(response.status_code)).inc()
+            LATENCY.labels(endpoint, model).observe(time.perf_counter() - started)
         return response
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        """Unknown routes and methods get the same error shape as everything else."""
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(err.status_code, "HTTP_ERROR")
+        message = f"{request.method} {request.url.path}: {err.detail}"
+        return JSONResponse({"detail": {"code": code, "message": message}}, status_code=err.status_code)
 
     @app.exception_handler(ShoalError)
     async def _shoal_error(request: Request, err: ShoalError) -> JSONResponse:
@@ -92,6 +104,14 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
         headers = timing_headers(result.get("timing", {}))
         return Response(encode_response(result, media), media_type=media, headers=headers)
+
+    @app.post("/v1/extract/{model:path}")
+    async def extract(model: str, request: Request) -> Response:
+        """No extraction model family exists yet: unknown models are 404, the others say they cannot extract."""
+        request.scope["shoal_model"] = model
+        await read_body(request)
+        check_task(engine.card(model), "extract")
+        raise InvalidInput(f"model {model!r} declares 'extract', but this version has no extraction runner")
 
     @app.post("/v1/score/{model:path}")
     async def score(model: str, request: Request) -> Response:

@@ -239,7 +239,8 @@ def test_models_health_and_metrics(server: LiveServer) -> None:
     ):
         assert name in metrics
     assert f'shoal_requests_total{{code="200",endpoint="encode",model="{MINILM}"}}' in metrics
-    assert 'code="404",endpoint="encode",model="no/such-model"' in metrics
+    assert 'code="404",endpoint="encode",model="unknown"' in metrics  # bounded labels
+    assert "no/such-model" not in metrics
 
 
 def test_api_key_required_when_configured() -> None:
@@ -257,3 +258,19 @@ def test_api_key_required_when_configured() -> None:
         assert httpx.get(f"{srv.url}/healthz").status_code == 200  # probes stay open
     finally:
         srv.stop()
+
+
+def test_extract_unknown_routes_and_methods_get_typed_errors(server: LiveServer) -> None:
+    body = packb({"items": [{"text": "Ada Lovelace met Babbage in London"}], "params": {"labels": ["person"]}})
+    r = httpx.post(f"{server.url}/v1/extract/{MINILM}", content=body, headers=MP)
+    assert r.status_code == 400 and r.json()["detail"]["code"] == "INVALID_INPUT"
+    assert "extract" in r.json()["detail"]["message"]
+    r = httpx.post(f"{server.url}/v1/extract/nobody/nothing", content=body, headers=MP)
+    assert r.status_code == 404 and r.json()["detail"]["code"] == "MODEL_NOT_FOUND"
+    r = httpx.post(f"{server.url}/v1/nothing-here", content=body, headers=MP)
+    assert r.status_code == 404 and r.json()["detail"]["code"] == "NOT_FOUND"
+    r = httpx.get(f"{server.url}/v1/encode/{MINILM}")
+    assert r.status_code == 405 and r.json()["detail"]["code"] == "METHOD_NOT_ALLOWED"
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'endpoint="other"' in metrics and "nothing-here" not in metrics
+    assert_healthy(server)

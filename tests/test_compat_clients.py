@@ -105,3 +105,53 @@ def test_openai_errors_use_openai_envelope(server: LiveServer) -> None:
     assert e.value.body["code"] == "MODEL_NOT_FOUND"
     with pytest.raises(openai.BadRequestError):
         client.embeddings.create(model=MINILM, input=[])
+
+
+SIE_SCORE_SCRIPT = """
+import json, sys
+from sie_sdk import SIEClient
+url, model, query, docs = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+result = SIEClient(url).score(model, {"id": "q", "text": query}, [{"id": f"d{i}", "text": d} for i, d in enumerate(docs)])
+print(json.dumps({"query_id": result.get("query_id"), "scores": [dict(s) for s in result["scores"]]}))
+"""
+
+
+@pytest.mark.compat
+def test_sie_sdk_score_matches_engine(tmp_path: Path) -> None:
+    """SIEClient.score against a live server with a tiny cross-encoder card gives the engine's ranking."""
+    import shoal
+    from tests.tiny_models import make, write_card
+
+    make("bert", "ForSequenceClassification", tmp_path / "ce", num_labels=1)
+    card = {
+        "id": "tiny/ce",
+        "family": "bert",
+        "pooling": "cls",
+        "max_seq_len": 64,
+        "source": {"path": str(tmp_path / "ce")},
+    }
+    card |= {"tasks": ["score"], "outputs": ["score"], "score": {"kind": "classifier"}}
+    write_card(tmp_path / "cards", card | {"profiles": {"default": {"max_batch_tokens": 1024}}})
+    query, docs = "where is paris", ["paris is in france", "a dog", "the cat sat on the mat", "london"]
+    with shoal.Engine(model_dir=tmp_path / "cards") as engine:
+        want = engine.score(
+            "tiny/ce", {"id": "q", "text": query}, [{"id": f"d{i}", "text": d} for i, d in enumerate(docs)]
+        )
+    srv = LiveServer(env={"SHOAL_MODEL_DIR": str(tmp_path / "cards")}).wait_ready()
+    try:
+        out = subprocess.run(
+            [str(sie_python()), "-c", SIE_SCORE_SCRIPT, srv.url, "tiny/ce", query, json.dumps(docs)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        srv.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["query_id"] == "q"
+    assert [s["item_id"] for s in got["scores"]] == [s["item_id"] for s in want["scores"]]
+    assert [s["rank"] for s in got["scores"]] == list(range(len(docs)))
+    for g, w in zip(got["scores"], want["scores"], strict=True):
+        assert abs(g["score"] - w["score"]) < 1e-6
