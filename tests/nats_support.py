@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers import REPO, LiveServer, free_port
+from tests.helpers import REPO, LiveServer, free_port, stop_process
 
 
 def nats_server_binary() -> str | None:
@@ -45,13 +45,7 @@ class NatsServer:
         raise TimeoutError("nats-server did not start")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 class WorkerProc:
@@ -79,13 +73,7 @@ class WorkerProc:
         return scrape(f"http://127.0.0.1:{self.metrics_port}/metrics", name)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 def scrape(url: str, name: str) -> float:
