@@ -18,6 +18,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
+from engine.aio import cancel_and_wait
 from engine.config import EngineSettings
 from engine.errors import (
     InternalError,
@@ -315,11 +316,7 @@ class NatsQueue:
         await dead_letter(self, msg.subject, msg.data, task, error, attempts)
 
     async def close(self) -> None:
-        for t in self._bg:
-            t.cancel()
-        for t in self._bg:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(self._bg)
         self._bg.clear()
         for d in list(self._held.values()):  # give unfinished work back at once instead of after ack_wait
             await d.nak()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
 
+from engine.aio import cancel_and_wait
 from engine.cards import Catalogue, ModelCard, check_task
 from engine.config import EngineSettings
 from engine.errors import DeadlineExceeded, InvalidInput, PayloadTooLarge
@@ -67,10 +67,7 @@ class AsyncEngine(ModelCalls):
 
     async def close(self) -> None:
         self.draining, self.ready = True, False
-        for t in self._tasks:
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         await self.registry.aclose()
         if self.queue is not None:
