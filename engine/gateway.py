@@ -40,6 +40,13 @@ def timing_headers(timing: dict[str, float]) -> dict[str, str]:
     return {h: f"{timing[k]:.2f}" for k, h in names.items() if k in timing}
 
 
+def native_reply(request: Request, result: dict[str, Any]) -> Response:
+    """A native result in the media type the client asked for, with the timing headers."""
+    media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
+    headers = timing_headers(result.get("timing", {}))
+    return Response(encode_response(result, media), media_type=media, headers=headers)
+
+
 def create_app(engine: AsyncEngine) -> FastAPI:
     """The FastAPI app over one engine; the engine starts and drains with the app."""
     settings = engine.settings
@@ -99,11 +106,7 @@ def create_app(engine: AsyncEngine) -> FastAPI:
     @app.post("/v1/encode/{model:path}")
     async def encode(model: str, request: Request) -> Response:
         request.scope["shoal_model"] = model
-        body = await read_body(request)
-        result = await engine.encode_body(model, body)
-        media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
-        headers = timing_headers(result.get("timing", {}))
-        return Response(encode_response(result, media), media_type=media, headers=headers)
+        return native_reply(request, await engine.encode_body(model, await read_body(request)))
 
     @app.post("/v1/extract/{model:path}")
     async def extract(model: str, request: Request) -> Response:
@@ -116,11 +119,7 @@ def create_app(engine: AsyncEngine) -> FastAPI:
     @app.post("/v1/score/{model:path}")
     async def score(model: str, request: Request) -> Response:
         request.scope["shoal_model"] = model
-        body = await read_body(request)
-        result = await engine.score_body(model, body)
-        media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
-        headers = timing_headers(result.get("timing", {}))
-        return Response(encode_response(result, media), media_type=media, headers=headers)
+        return native_reply(request, await engine.score_body(model, await read_body(request)))
 
     @app.post("/v1/rerank")
     async def rerank(request: Request) -> Response:

@@ -84,17 +84,22 @@ class AsyncEngine(ModelCalls):
     def card(self, model: str) -> ModelCard:
         return self.catalogue.get(model)
 
+    def _check_limits(self, n_items: int, texts: list[tuple[str, str]]) -> None:
+        """413 for too many items or an over-long text (where, text), before anything is queued."""
+        s = self.settings
+        if n_items > s.max_items:
+            raise PayloadTooLarge(f"{n_items} items is over the limit of {s.max_items} per request")
+        for where, text in texts:
+            if len(text) > s.max_item_chars:
+                raise PayloadTooLarge(f"{where}: {len(text)} characters is over {s.max_item_chars}")
+
     def annotate_encode(self, model: str, body: Any, tenant: str | None = None) -> Task:
         """Validate an encode body cheaply (no tokenising) and wrap it as a queue task."""
         card = self.card(model)
         check_task(card, "encode")
         req = parse_encode(body)
         s = self.settings
-        if len(req.items) > s.max_items:
-            raise PayloadTooLarge(f"{len(req.items)} items is over the limit of {s.max_items} per request")
-        for i, item in enumerate(req.items):
-            if len(item.text) > s.max_item_chars:
-                raise PayloadTooLarge(f"items.{i}: {len(item.text)} characters is over {s.max_item_chars}")
+        self._check_limits(len(req.items), [(f"items.{i}", it.text) for i, it in enumerate(req.items)])
         p = req.params
         missing = [t for t in p.output_types if t not in card.outputs]
         if missing:
@@ -126,12 +131,8 @@ class AsyncEngine(ModelCalls):
         check_task(card, "score")
         req = parse_score(body)
         s = self.settings
-        if len(req.items) > s.max_items:
-            raise PayloadTooLarge(f"{len(req.items)} items is over the limit of {s.max_items} per request")
-        for i, item in enumerate([req.query, *req.items]):
-            if len(item.text) > s.max_item_chars:
-                where = "query" if i == 0 else f"items.{i - 1}"
-                raise PayloadTooLarge(f"{where}: {len(item.text)} characters is over {s.max_item_chars}")
+        texts = [("query", req.query.text)] + [(f"items.{i}", it.text) for i, it in enumerate(req.items)]
+        self._check_limits(len(req.items), texts)
         req.options.lora = self._adapter(card, req.options.lora, req.options.profile)
         items = [item.model_dump(exclude_none=True) for item in req.items]
         query = req.query.model_dump(exclude_none=True)

@@ -19,29 +19,11 @@ import pytest
 from engine.config import EngineSettings
 from engine.runtime import AsyncEngine
 from engine.wire import packb, unpackb
-from tests.helpers import LiveServer
+from tests.helpers import WORDS, LiveServer
 from tests.nats_support import NatsServer, WorkerProc, gateway, scrape
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 MP = {"Content-Type": "application/msgpack"}
-WORDS = [
-    "the",
-    "cat",
-    "dog",
-    "bird",
-    "fish",
-    "tree",
-    "house",
-    "river",
-    "city",
-    "paris",
-    "france",
-    "london",
-    "model",
-    "engine",
-    "vector",
-    "search",
-]
 TEXTS = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(1 + i % 12)) for i in range(64)]
 
 
