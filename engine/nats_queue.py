@@ -57,6 +57,7 @@ class NatsQueue:
         self._bell = asyncio.Event()
         self._avg_task_tokens = 256.0  # running mean of pulled tasks' estimated tokens (sizes each pull)
         self._pending = 0
+        self._published = 0  # publishes so far; tells a pending-count refresh that raced one
         self._inbox = ""
         self._bg: list[asyncio.Task[None]] = []
 
@@ -145,6 +146,7 @@ class NatsQueue:
                     f"the queue is unreachable ({type(e).__name__}); retry later", retry_after=1.0
                 ) from None
             self._pending += 1
+            self._published += 1
             with contextlib.suppress(*NATS_ERRORS):
                 await self.nc.publish(f"{BELL}.{token}", b"")
             return await future
@@ -174,8 +176,11 @@ class NatsQueue:
         stream = self.settings.queue_stream
         while True:
             with contextlib.suppress(*NATS_ERRORS):
+                published = self._published
                 info = await self.js.stream_info(stream)
-                self._pending = info.state.messages
+                # a publish that landed while we asked is not in this answer: never count it out
+                stale = self._published != published
+                self._pending = max(self._pending, info.state.messages) if stale else info.state.messages
                 QUEUE_PENDING.labels(stream).set(self._pending)
             await asyncio.sleep(self.settings.queue_pending_refresh_s)
 

@@ -119,6 +119,9 @@ async def test_payload_over_server_limit_is_413_and_pending_limit_503(nats_url: 
             await gw.submit(big)
         waiting = [asyncio.create_task(gw.submit(_task("m"))) for _ in range(2)]
         await wait_published(gw, 2)
+        # a count the gateway asked for before the publishes landed may still arrive and be stale: let two
+        # refresh periods pass so every later refresh reads the stream as it is now
+        await asyncio.sleep(2 * gw.settings.queue_pending_refresh_s + 0.1)
         for _ in range(200):  # and until the gateway's cached pending count has seen them
             if await gw.depth() >= 2:
                 break
