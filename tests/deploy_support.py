@@ -40,7 +40,9 @@ def gpu_values() -> dict[str, Any]:
     return yaml.safe_load(GPU_VALUES.read_text())
 
 
-def render_chart(values: dict[str, Any] | None = None, name: str = "rel", namespace: str = "shoal-test") -> dict[str, str]:
+def render_chart(
+    values: dict[str, Any] | None = None, name: str = "rel", namespace: str = "shoal-test"
+) -> dict[str, str]:
     """Render the chart offline with Helm's own Go engine (helm-python-sdk); template path -> manifest text."""
     helm = pytest.importorskip("helm_python", reason="helm-python-sdk (PyPI) renders the chart")
     with helm.Chart.load(str(CHART)) as chart:

@@ -111,7 +111,9 @@ def test_compose_runs_a_local_cluster():
     assert set(services) == {"nats", "gateway", "worker-1", "worker-2", "prometheus", "grafana"}
     for name in ("gateway", "worker-1", "worker-2"):
         s = services[name]
-        assert s["build"] == {"context": "../..", "dockerfile": "deploy/docker/Dockerfile"} and s["image"] == "shoal:cpu"
+        assert (
+            s["build"] == {"context": "../..", "dockerfile": "deploy/docker/Dockerfile"} and s["image"] == "shoal:cpu"
+        )
         assert s["environment"]["SHOAL_QUEUE_URL"] == "nats://nats:4222"
         assert "models:/models" in s["volumes"]
         assert s["depends_on"]["nats"]["condition"] == "service_healthy"
@@ -152,8 +154,12 @@ def load_healthcheck():
 
 def test_healthcheck_picks_the_url_from_the_command_line():
     hc = load_healthcheck()
-    assert hc.health_url(["shoal", "serve", "--host", "0.0.0.0", "--port", "8080"], {}) == "http://127.0.0.1:8080/healthz"
-    assert hc.health_url(["/opt/shoal/bin/python", "/opt/shoal/bin/shoal", "serve"], {}) == "http://127.0.0.1:8080/healthz"
+    assert (
+        hc.health_url(["shoal", "serve", "--host", "0.0.0.0", "--port", "8080"], {}) == "http://127.0.0.1:8080/healthz"
+    )
+    assert (
+        hc.health_url(["/opt/shoal/bin/python", "/opt/shoal/bin/shoal", "serve"], {}) == "http://127.0.0.1:8080/healthz"
+    )
     assert hc.health_url(["shoal", "worker", "--metrics-port=9101"], {}) == "http://127.0.0.1:9101/metrics"
     assert hc.health_url(["shoal", "worker"], {"SHOAL_HEALTH_URL": "http://x/y"}) == "http://x/y"
     with pytest.raises(SystemExit, match="--metrics-port"):
@@ -168,5 +174,7 @@ def test_healthcheck_script_against_a_live_gateway():
         assert ok.returncode == 0, ok.stderr
     finally:
         server.stop()
-    dead = subprocess.run(script, env={"SHOAL_HEALTH_URL": f"http://127.0.0.1:{free_port()}/healthz"}, capture_output=True)
+    dead = subprocess.run(
+        script, env={"SHOAL_HEALTH_URL": f"http://127.0.0.1:{free_port()}/healthz"}, capture_output=True
+    )
     assert dead.returncode == 1 and b"unhealthy" in dead.stderr

@@ -128,9 +128,16 @@ def test_catalogue_configmap_holds_valid_cards_and_rolls_the_pods():
     # deploying a model is a values change that rolls the pods (the checksum annotation changes)
     changed = copy.deepcopy(values)
     changed["models"]["bge-small-en-v1.5.yaml"]["max_seq_len"] = 256
-    again = [d for d in of_kind(manifests(render_chart(changed)), "Deployment") if d["metadata"]["name"] == "rel-shoal-gateway"]
+    again = [
+        d
+        for d in of_kind(manifests(render_chart(changed)), "Deployment")
+        if d["metadata"]["name"] == "rel-shoal-gateway"
+    ]
     key = "checksum/models"
-    assert again[0]["spec"]["template"]["metadata"]["annotations"][key] != gateway["spec"]["template"]["metadata"]["annotations"][key]
+    assert (
+        again[0]["spec"]["template"]["metadata"]["annotations"][key]
+        != gateway["spec"]["template"]["metadata"]["annotations"][key]
+    )
 
 
 def test_gateway_gets_its_key_from_the_secret():
@@ -141,7 +148,9 @@ def test_gateway_gets_its_key_from_the_secret():
     (c,) = gateway["spec"]["template"]["spec"]["containers"]
     (key,) = [e for e in c["env"] if e["name"] == "SHOAL_API_KEY"]
     assert key["valueFrom"]["secretKeyRef"] == {"name": "rel-shoal-auth", "key": "api-key"}
-    default = [d for d in of_kind(manifests(render_chart({})), "Deployment") if d["metadata"]["name"] == "rel-shoal-gateway"]
+    default = [
+        d for d in of_kind(manifests(render_chart({})), "Deployment") if d["metadata"]["name"] == "rel-shoal-gateway"
+    ]
     names = {e["name"] for e in default[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "SHOAL_API_KEY" not in names  # auth off by default: no key wired
 

@@ -33,7 +33,9 @@ def test_alerts_fire_on_the_cases_they_are_for():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     alerts = {r["alert"] for f in RULE_FILES for g in yaml.safe_load(f.read_text())["groups"] for r in g["rules"]
               if "alert" in r}  # fmt: skip
-    tested = {t["alertname"] for case in yaml.safe_load(tests.read_text())["tests"] for t in case.get("alert_rule_test", [])}
+    tested = {
+        t["alertname"] for case in yaml.safe_load(tests.read_text())["tests"] for t in case.get("alert_rule_test", [])
+    }
     assert alerts == tested, f"alerts without a unit test: {alerts - tested}"
     for required in ("ShoalQueueBacklogGrowing", "ShoalDeadLetters", "ShoalHighErrorRate", "ShoalModelThrash",
                      "ShoalNoWorkers"):  # fmt: skip
