@@ -48,7 +48,9 @@ LORA_CACHE = Counter("shoal_lora_cache_total", "LoRA adapter look-ups", ["result
 OOM_RECOVERIES = Counter("shoal_oom_recoveries_total", "Out-of-memory errors and how they ended", ["action"])
 
 # operations (deploy/: Grafana dashboards, Prometheus alerts). Defined here; pending wiring, see docs/deployment.md.
-WORKER_UP = Gauge("shoal_worker_up", "1 while this process runs a worker loop (pending wiring: set in engine/cluster.py)")
+WORKER_UP = Gauge(
+    "shoal_worker_up", "1 while this process runs a worker loop (pending wiring: set in engine/cluster.py)"
+)
 MODEL_PENDING = Gauge(
     "shoal_queue_model_pending",
     "Tasks pending in the work stream per model (gateway; pending wiring: set next to shoal_queue_pending)",
