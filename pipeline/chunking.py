@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from tokenizers import Tokenizer
 
 from pipeline.config import ChunkConfig
-from pipeline.parsers import Document
+from pipeline.document import Document
 
 ID_NAMESPACE = uuid.UUID("6f1d2c4e-5b0a-4c7e-9a51-3e0b7c9d2f11")
 SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=\S)|\n+")
@@ -86,8 +86,8 @@ class Chunker:
         for (text, start, end, bi), n in zip(pieces, counts, strict=True):
             b = doc.blocks[bi]
             limit = self._limit(b.headings, ctx_tokens)
-            if n <= limit:
-                units.append(_Unit(text, start, end, b.page, b.headings, bi, n))
+            if n <= limit:  # a piece the tokenizer drops entirely still counts one: a chunk stays bounded
+                units.append(_Unit(text, start, end, b.page, b.headings, bi, max(n, 1)))
                 continue
             offsets = self.tok.encode(text, add_special_tokens=False).offsets
             i = 0
@@ -103,36 +103,41 @@ class Chunker:
         return units
 
     def chunk(self, doc: Document, source_id: str) -> list[Chunk]:
+        """Pack the document's units into chunks in one pass (linear in the number of units)."""
         heads = {b.headings for b in doc.blocks}
         ctx_tokens = dict(zip(heads, self.count([self.context(h) for h in heads]), strict=True))
         units = self._units(doc, ctx_tokens)
+        left = block_tokens_left(units)
         groups: list[list[_Unit]] = []
         cur: list[_Unit] = []
         total = 0
         for i, u in enumerate(units):
             limit = self._limit(u.headings, ctx_tokens)
             new_block = not cur or cur[-1].block != u.block
-            block_left = sum(x.tokens for x in units[i:] if x.block == u.block) if new_block else 0
             if cur and (
                 u.headings != cur[0].headings
                 or total + u.tokens > limit
-                or (new_block and total + block_left > limit and total >= limit // 2)  # end at a paragraph
+                or (new_block and total + left[i] > limit and total >= limit // 2)  # end at a paragraph
             ):
                 groups.append(cur)
-                carry: list[_Unit] = []
-                if u.headings == cur[0].headings and self.cfg.overlap_tokens:
-                    for prev in reversed(cur):
-                        if sum(x.tokens for x in carry) + prev.tokens > self.cfg.overlap_tokens:
-                            break
-                        carry.insert(0, prev)
-                    if carry and sum(x.tokens for x in carry) + u.tokens > limit:
-                        carry = []
-                cur, total = carry, sum(x.tokens for x in carry)
+                cur = self._overlap(cur, u, limit) if u.headings == cur[0].headings else []
+                total = sum(x.tokens for x in cur)  # at most overlap_tokens units
             cur.append(u)
             total += u.tokens
         if cur:
             groups.append(cur)
         return finish_ids([c for g in groups for c in self._make(g)], source_id)
+
+    def _overlap(self, done: list[_Unit], nxt: _Unit, limit: int) -> list[_Unit]:
+        """The whole sentences at the end of a finished chunk that start the next one (visits only those)."""
+        carry: list[_Unit] = []
+        tokens = 0
+        for prev in reversed(done):
+            if tokens + prev.tokens > self.cfg.overlap_tokens:
+                break
+            carry.append(prev)
+            tokens += prev.tokens
+        return [] if tokens + nxt.tokens > limit else carry[::-1]
 
     def _make(self, units: list[_Unit]) -> list[Chunk]:
         text = ""
@@ -145,6 +150,18 @@ class Chunker:
             return self._make(units[:half]) + self._make(units[half:])
         pages = sorted({u.page for u in units if u.page is not None})
         return [Chunk(0, text, embed, units[0].start, units[-1].end, pages, units[0].headings, n)]
+
+
+def block_tokens_left(units: list[_Unit]) -> list[int]:
+    """For each unit, the tokens from it to the end of its block: one backward pass, never a rescan."""
+    left = [0] * len(units)
+    run, block = 0, None
+    for i in range(len(units) - 1, -1, -1):
+        u = units[i]
+        run = u.tokens + (run if u.block == block else 0)
+        block = u.block
+        left[i] = run
+    return left
 
 
 def finish_ids(chunks: list[Chunk], source_id: str) -> list[Chunk]:

@@ -4,33 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from pipeline.document import Block, Document, ParseError
 from pipeline.htmltext import html_blocks
+from pipeline.pdf import pdf_document
 
-
-class ParseError(Exception):
-    """A document that cannot be ingested; the message is the reason recorded in the manifest."""
-
-
-@dataclass
-class Block:
-    """A paragraph-sized piece of text with where it came from."""
-
-    text: str
-    start: int  # char offsets into the document's extracted text
-    end: int
-    page: int | None = None  # 1-based
-    headings: tuple[str, ...] = ()
-
-
-@dataclass
-class Document:
-    kind: str
-    blocks: list[Block]
-    title: str | None = None
-    pages: int = 0
-    warnings: list[str] = field(default_factory=list)
+__all__ = ["Block", "Document", "ParseError", "parse", "sniff"]
 
 
 BINARY_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"PK\x03\x04", b"\x7fELF", b"\x1f\x8b", b"BZh", b"7z\xbc\xaf")
@@ -151,8 +130,6 @@ def parse_html(data: bytes, invalid_utf8: str) -> Document:
 
 
 def parse_pdf(data: bytes, invalid_utf8: str) -> Document:
-    from pipeline.pdf import pdf_document
-
     return pdf_document(data)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from pipeline.parsers import Block, Document, ParseError
+from pipeline.document import Block, Document, ParseError
 
 
 def _norm(s: str) -> str:
