@@ -100,7 +100,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import shoal
-    from pipeline.corpus import make_corpus
+    from tests.corpus import make_corpus
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "docs"
