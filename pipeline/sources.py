@@ -214,9 +214,10 @@ class _Walker:
         rel = f"{top.rel}/{name}" if top.rel else name
         if any(glob_match(rel, p) for p in self.cfg.exclude):
             return
-        if name != e.name:
-            what = "folder" if e.kind == "dir" else "file"
-            self.add(rel, (), 0, f"{what} name is not valid UTF-8: not read (rename it to ingest it)")
+        if name != e.name:  # a folder always (its files cannot be named), a file when the globs pick it
+            if e.kind == "dir" or self.included(rel):
+                what = "folder" if e.kind == "dir" else "file"
+                self.add(rel, (), 0, f"{what} name is not valid UTF-8: not read (rename it to ingest it)")
             return
         real = (*top.real, e.name)
         if e.kind == "link":

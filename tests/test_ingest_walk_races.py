@@ -90,6 +90,7 @@ def test_symlink_loops_bad_names_and_fifos_are_reported_entries(tmp_path: Path) 
     os.write(fd, b"name not utf-8")
     os.close(fd)
     os.mkdir(bytes(root) + b"/dossier-\xe9t\xe9")  # a folder with such a name
+    os.close(os.open(bytes(root) + b"/photo-\xe9.png", os.O_WRONLY | os.O_CREAT, 0o644))  # not picked: no entry
 
     w = walk(root, SourceConfig())
     assert w.complete, w.errors
