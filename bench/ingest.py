@@ -121,7 +121,8 @@ def scaling(sizes: list[float]) -> dict:
 
     tok = tokenizer_for(MODEL)
     chunker = Chunker(tok.tokenizer, tok.max_len, ChunkConfig())
-    print(f"scaling: parse MB/s over the file's bytes, chunk MB/s over the extracted text\n{HEADER}")
+    print("scaling: CPU seconds; parse MB/s over the file's bytes, chunk MB/s over the extracted text")
+    print(HEADER)
     rows = measure(sizes, chunker)
     ratios = cost_ratios(rows)
     for kind, r in ratios.items():

@@ -227,3 +227,23 @@ def test_bad_entries_and_races_fail_alone_in_a_complete_run(tmp_path: Path, outs
         assert failed["a.md"] == "failed" and failed["swap-fifo.md"] == "failed" and failed[deep] == "ok"
     finally:
         remove_deep(root, DEPTH)
+
+
+@pytest.mark.slow
+def test_cli_reports_bad_entries_without_a_traceback(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from shoal.cli import app
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "good.md").write_text("# Tides\n\nHigh tide is at six in the morning.\n")
+    os.symlink("b.md", root / "a.md")
+    os.symlink("a.md", root / "b.md")
+    os.close(os.open(bytes(root) + b"/caf\xe9.md", os.O_WRONLY | os.O_CREAT, 0o644))
+    r = CliRunner().invoke(app, ["ingest", str(root), "--db", f"lancedb://{tmp_path / 'db'}", "--json", "-q"])
+    assert r.exit_code == 3, r.output
+    assert "Traceback" not in r.output
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["files_processed"] == 1
+    assert {f["path"] for f in summary["files_failed"]} == {"a.md", "b.md", "caf\\xe9.md"}
