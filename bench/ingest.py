@@ -1,12 +1,20 @@
-"""Ingest throughput: the pipeline (overlapped parse / embed / write) vs a plain sequential loop.
+"""Ingest: parser and chunker scaling (MB/s at 0.2, 2 and 20 MB), and throughput against two baselines.
 
-A generated folder of N documents (a quarter each PDF, Markdown, HTML, text; 200 by default) goes into a
-fresh embedded LanceDB with the default model (all-MiniLM-L6-v2), once through `pipeline.ingest` and once
-through a sequential parse -> chunk -> embed -> write loop over the same parser, chunker, engine and
-connector. Prints pages/s and chunks/s with the share of time in parse / embed / write, plus an unchanged
-re-run; writes the figures as JSON to bench/results/ingest.json.
+1. Scaling (bench/ingest_scaling.py): one generated document per type (text, Markdown, HTML, PDF) and size,
+   parsed and chunked; MB/s per size and the cost ratio largest/smallest (linear: about the size ratio).
+2. Throughput: a generated folder of N documents (a quarter each PDF, Markdown, HTML, text; 200 by default)
+   goes into a fresh embedded LanceDB with the default model (all-MiniLM-L6-v2) three ways: a plain
+   sequential parse -> chunk -> embed -> write loop over shoal's parser, chunker, engine and connector;
+   `pipeline.ingest` (overlapped stages); and a peer's pipeline, LlamaIndex's IngestionPipeline
+   (bench/llamaindex_baseline.py, in a subprocess: SimpleDirectoryReader, SentenceSplitter at the same
+   200/32 MiniLM tokens, HuggingFaceEmbedding of the same MiniLM from the local package folder, LanceDB).
+   Prints pages/s and chunks/s for each, with the share of time in parse / embed / write.
 
-    .venv/bin/python bench/ingest.py [--docs 200] [--threads N]
+Figures go to bench/results/ingest.json. The LlamaIndex baseline needs `pip install -e .[bench]`; with
+`--llamaindex-python PATH` it runs under another venv's python instead (it only needs llama-index, the
+MiniLM package and torch there). Without either it is reported as skipped.
+
+    .venv/bin/python bench/ingest.py [--docs 200] [--threads N] [--sizes 0.2,2,20] [--no-scaling]
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -92,51 +101,113 @@ def run_sequential(folder: Path, db: Path, engine) -> dict:  # noqa: ANN001
     return {"wall_s": time.perf_counter() - t0, "chunks": chunks, **times}
 
 
+def run_llamaindex(folder: Path, db: Path, threads: int | None, python: str) -> dict:
+    """The peer baseline in its own process; {"skipped": reason} when llama-index is not installed there."""
+    cmd = [python, str(ROOT / "bench" / "llamaindex_baseline.py"), str(folder), str(db)]
+    cmd += ["--threads", str(threads)] if threads else []
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"skipped": f"exit {proc.returncode}: {tail}"}
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**r, "parse_s": r["read_s"]}  # its stages run one after another: only reading is timed apart
+
+
+def scaling(sizes: list[float]) -> dict:
+    from bench.ingest_scaling import HEADER, cost_ratios, measure
+    from engine.tokenize import tokenizer_for
+    from pipeline.chunking import Chunker
+    from pipeline.config import ChunkConfig
+
+    tok = tokenizer_for(MODEL)
+    chunker = Chunker(tok.tokenizer, tok.max_len, ChunkConfig())
+    print("scaling: CPU seconds; parse MB/s over the file's bytes, chunk MB/s over the extracted text")
+    print(HEADER)
+    rows = measure(sizes, chunker)
+    ratios = cost_ratios(rows)
+    for kind, r in ratios.items():
+        print(f"{kind:<9} {r['size_ratio']:g}x the bytes cost {r['parse_cost_ratio']:g}x to parse, "
+              f"{r['chunk_cost_ratio']:g}x to chunk (linear: about {r['size_ratio']:g}x)")  # fmt: skip
+    return {"rows": rows, "cost_ratios": ratios}
+
+
+def throughput_rows(docs: int, pages: int, runs: dict[str, dict]) -> list[dict]:
+    rows = []
+    for name, r in runs.items():
+        if "skipped" in r:
+            rows.append({"mode": name, "skipped": r["skipped"]})
+            continue
+        wall = r["wall_s"]
+        shares = {f"share_{k}": round(r[f"{k}_s"] / wall, 3) for k in ("parse", "embed", "write") if f"{k}_s" in r}
+        rows.append({
+            "mode": name, "docs": docs, "pages": pages, "chunks": r["chunks"], "wall_s": round(wall, 2),
+            "pages_per_s": round(pages / wall, 1), "chunks_per_s": round(r["chunks"] / wall, 1), **shares,
+        })  # fmt: skip
+    return rows
+
+
+def print_throughput(rows: list[dict]) -> None:
+    print(
+        f"{'mode':<24}{'docs':>6}{'pages':>7}{'chunks':>8}{'wall s':>8}{'pages/s':>9}{'chunks/s':>10}  parse/embed/write"
+    )
+    for r in rows:
+        if "skipped" in r:
+            print(f"{r['mode']:<24}skipped: {r['skipped']}")
+            continue
+        shares = "/".join(f"{r[k]:.0%}" if k in r else "-" for k in ("share_parse", "share_embed", "share_write"))
+        print(f"{r['mode']:<24}{r['docs']:>6}{r['pages']:>7}{r['chunks']:>8}{r['wall_s']:>8}{r['pages_per_s']:>9}"
+              f"{r['chunks_per_s']:>10}  {shares}")  # fmt: skip
+    print("(share = seconds a stage was active / wall time; the pipeline's stages overlap, so its shares add past")
+    print(" 100%; LlamaIndex reports only its read share. Its splitter also counts metadata into chunk_size.)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=200)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--sizes", default="0.2,2,20", help="scaling document sizes in MB, comma-separated")
+    ap.add_argument("--no-scaling", action="store_true", help="only the throughput comparison")
+    ap.add_argument("--no-throughput", action="store_true", help="only the scaling benchmark")
+    ap.add_argument("--llamaindex-python", default=sys.executable, help="python of a venv with llama-index")
+    ap.add_argument("--no-llamaindex", action="store_true", help="leave the LlamaIndex baseline out")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ingest.json")
     args = ap.parse_args()
-
-    import shoal
-    from pipeline.corpus import make_corpus
-
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "docs"
-        make_corpus(folder, args.docs, seed=1)
-        pages = pages_of(folder)
-        with shoal.Engine(threads=args.threads) as engine:
-            engine.encode(MODEL, ["warm up the model"] * 8)
-            base = run_sequential(folder, Path(tmp) / "seq", engine)
-            pipe = run_pipeline(folder, Path(tmp) / "pipe", engine)
-
-    rows = []
-    for name, r in (("sequential loop", base), ("pipeline.ingest", pipe)):
-        busy = r["wall_s"]
-        rows.append({
-            "mode": name, "docs": args.docs, "pages": pages, "chunks": r["chunks"], "wall_s": round(r["wall_s"], 2),
-            "pages_per_s": round(pages / r["wall_s"], 1), "chunks_per_s": round(r["chunks"] / r["wall_s"], 1),
-            "share_parse": round(r["parse_s"] / busy, 3), "share_embed": round(r["embed_s"] / busy, 3),
-            "share_write": round(r["write_s"] / busy, 3),
-        })  # fmt: skip
-    rows[1]["unchanged_rerun_s"] = round(pipe["unchanged_rerun_s"], 2)
-    head = f"{'mode':<18}{'docs':>6}{'pages':>7}{'chunks':>8}{'wall s':>8}{'pages/s':>9}{'chunks/s':>10}  parse/embed/write"
-    print(head)
-    for r in rows:
-        shares = f"{r['share_parse']:.0%}/{r['share_embed']:.0%}/{r['share_write']:.0%}"
-        print(f"{r['mode']:<18}{r['docs']:>6}{r['pages']:>7}{r['chunks']:>8}{r['wall_s']:>8}{r['pages_per_s']:>9}"
-              f"{r['chunks_per_s']:>10}  {shares}")  # fmt: skip
-    print(f"speed-up {base['wall_s'] / pipe['wall_s']:.2f}x; unchanged re-run {pipe['unchanged_rerun_s']:.2f}s")
-    print(
-        "(share = seconds a stage was active / wall time; the pipeline's stages overlap, so its shares add past 100%)"
-    )
     import platform
 
     import torch
 
-    result = {"rows": rows, "speedup": round(base["wall_s"] / pipe["wall_s"], 2), "model": MODEL,
-              "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine()}  # fmt: skip
+    result: dict = {"model": MODEL, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+    if not args.no_scaling:
+        result["scaling"] = scaling([float(x) for x in args.sizes.split(",")])
+    if not args.no_throughput:
+        import shoal
+        from tests.corpus import make_corpus
+
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / "docs"
+            make_corpus(folder, args.docs, seed=1)
+            pages = pages_of(folder)
+            runs: dict[str, dict] = {}
+            with shoal.Engine(threads=args.threads) as engine:
+                engine.encode(MODEL, ["warm up the model"] * 8)
+                runs["sequential loop"] = run_sequential(folder, Path(tmp) / "seq", engine)
+                runs["shoal pipeline.ingest"] = run_pipeline(folder, Path(tmp) / "pipe", engine)
+                result["threads"] = torch.get_num_threads()
+            if not args.no_llamaindex:
+                li = run_llamaindex(folder, Path(tmp) / "llama", args.threads, args.llamaindex_python)
+                runs["LlamaIndex Ingestion"] = li
+        rows = throughput_rows(args.docs, pages, runs)
+        print_throughput(rows)
+        base, pipe = runs["sequential loop"], runs["shoal pipeline.ingest"]
+        print(f"shoal speed-up over the loop {base['wall_s'] / pipe['wall_s']:.2f}x; unchanged re-run "
+              f"{pipe['unchanged_rerun_s']:.2f}s")  # fmt: skip
+        result.update(rows=rows, speedup=round(base["wall_s"] / pipe["wall_s"], 2))
+        result["unchanged_rerun_s"] = round(pipe["unchanged_rerun_s"], 2)
+        li = runs.get("LlamaIndex Ingestion", {})
+        if "wall_s" in li:
+            print(f"shoal vs LlamaIndex: {li['wall_s'] / pipe['wall_s']:.2f}x the pages/s")
+            result["vs_llamaindex"] = round(li["wall_s"] / pipe["wall_s"], 2)
+            result["llamaindex"] = {k: li[k] for k in ("llama_index", "threads", "documents", "rows")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

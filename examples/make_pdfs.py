@@ -1,13 +1,17 @@
-"""Render the HTML sources in examples/pdf_sources into the PDFs of examples/docs (pymupdf Story layout)."""
+"""Render the HTML sources in examples/pdf_sources into the PDFs of examples/docs (pymupdf Story layout).
+
+A maintainer's tool, run from a checkout: the layout helper lives with the generated test data in tests/corpus.py.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from pipeline.corpus import html_to_pdf
-
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent))
+
+from tests.corpus import html_to_pdf  # noqa: E402 - after the checkout's root is on the path
 
 
 def main(dest: Path = HERE / "docs") -> None:

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from tokenizers import Tokenizer
 
 from pipeline.config import ChunkConfig
-from pipeline.parsers import Document
+from pipeline.document import Document
 
 ID_NAMESPACE = uuid.UUID("6f1d2c4e-5b0a-4c7e-9a51-3e0b7c9d2f11")
+COUNT_BATCH = 1024
 SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=\S)|\n+")
 
 
@@ -57,7 +58,11 @@ class Chunker:
         self.max_len = max_len
 
     def count(self, texts: list[str]) -> list[int]:
-        return [len(e.ids) for e in self.tok.encode_batch(texts, add_special_tokens=False)] if texts else []
+        """Token counts, COUNT_BATCH texts per tokenizer call: memory stays bounded for any document size."""
+        out: list[int] = []
+        for i in range(0, len(texts), COUNT_BATCH):
+            out += map(len, self.tok.encode_batch(texts[i : i + COUNT_BATCH], add_special_tokens=False))
+        return out
 
     def context(self, headings: tuple[str, ...]) -> str:
         return " > ".join(headings) + "\n\n" if headings and self.cfg.headings == "prepend" else ""
@@ -86,8 +91,8 @@ class Chunker:
         for (text, start, end, bi), n in zip(pieces, counts, strict=True):
             b = doc.blocks[bi]
             limit = self._limit(b.headings, ctx_tokens)
-            if n <= limit:
-                units.append(_Unit(text, start, end, b.page, b.headings, bi, n))
+            if n <= limit:  # a piece the tokenizer drops entirely still counts one: a chunk stays bounded
+                units.append(_Unit(text, start, end, b.page, b.headings, bi, max(n, 1)))
                 continue
             offsets = self.tok.encode(text, add_special_tokens=False).offsets
             i = 0
@@ -103,48 +108,84 @@ class Chunker:
         return units
 
     def chunk(self, doc: Document, source_id: str) -> list[Chunk]:
+        """Pack the document's units into chunks in one pass (linear in the number of units)."""
         heads = {b.headings for b in doc.blocks}
         ctx_tokens = dict(zip(heads, self.count([self.context(h) for h in heads]), strict=True))
         units = self._units(doc, ctx_tokens)
+        left = block_tokens_left(units)
         groups: list[list[_Unit]] = []
         cur: list[_Unit] = []
         total = 0
         for i, u in enumerate(units):
             limit = self._limit(u.headings, ctx_tokens)
             new_block = not cur or cur[-1].block != u.block
-            block_left = sum(x.tokens for x in units[i:] if x.block == u.block) if new_block else 0
             if cur and (
                 u.headings != cur[0].headings
                 or total + u.tokens > limit
-                or (new_block and total + block_left > limit and total >= limit // 2)  # end at a paragraph
+                or (new_block and total + left[i] > limit and total >= limit // 2)  # end at a paragraph
             ):
                 groups.append(cur)
-                carry: list[_Unit] = []
-                if u.headings == cur[0].headings and self.cfg.overlap_tokens:
-                    for prev in reversed(cur):
-                        if sum(x.tokens for x in carry) + prev.tokens > self.cfg.overlap_tokens:
-                            break
-                        carry.insert(0, prev)
-                    if carry and sum(x.tokens for x in carry) + u.tokens > limit:
-                        carry = []
-                cur, total = carry, sum(x.tokens for x in carry)
+                cur = self._overlap(cur, u, limit) if u.headings == cur[0].headings else []
+                total = sum(x.tokens for x in cur)  # at most overlap_tokens units
             cur.append(u)
             total += u.tokens
         if cur:
             groups.append(cur)
-        return finish_ids([c for g in groups for c in self._make(g)], source_id)
+        return finish_ids(self._finish(groups), source_id)
 
-    def _make(self, units: list[_Unit]) -> list[Chunk]:
-        text = ""
+    def _overlap(self, done: list[_Unit], nxt: _Unit, limit: int) -> list[_Unit]:
+        """The whole sentences at the end of a finished chunk that start the next one (visits only those)."""
+        carry: list[_Unit] = []
+        tokens = 0
+        for prev in reversed(done):
+            if tokens + prev.tokens > self.cfg.overlap_tokens:
+                break
+            carry.append(prev)
+            tokens += prev.tokens
+        return [] if tokens + nxt.tokens > limit else carry[::-1]
+
+    def _finish(self, groups: list[list[_Unit]]) -> list[Chunk]:
+        """Each group joined into a chunk; all chunks' token counts come from batched tokenizer calls."""
+        joined = [self._join(g) for g in groups]
+        counts = self.count([embed for _, embed in joined])
+        return [
+            c
+            for g, (text, embed), n in zip(groups, joined, counts, strict=True)
+            for c in self._chunk(g, text, embed, n)
+        ]
+
+    def _join(self, units: list[_Unit]) -> tuple[str, str]:
+        """(text, embed text): sentences of a block joined by a space, blocks by a blank line; heading context."""
+        parts = []
         for prev, u in zip([None, *units], units, strict=False):
-            text += ("" if prev is None else " " if prev.block == u.block else "\n\n") + u.text
-        embed = self.context(units[0].headings) + text
-        n = self.count([embed])[0] + self.specials + self.reserve
-        if n > self.max_len and len(units) > 1:  # joins changed the count: split, never truncate
+            parts.append("" if prev is None else " " if prev.block == u.block else "\n\n")
+            parts.append(u.text)
+        text = "".join(parts)
+        return text, self.context(units[0].headings) + text
+
+    def _chunk(self, units: list[_Unit], text: str, embed: str, n_text: int) -> list[Chunk]:
+        n = n_text + self.specials + self.reserve
+        if n > self.max_len and len(units) > 1:  # joins changed the count: split, never truncate (rare)
             half = len(units) // 2
-            return self._make(units[:half]) + self._make(units[half:])
+            return [c for part in (units[:half], units[half:]) for c in self._chunk(part, *self._counted(part))]
         pages = sorted({u.page for u in units if u.page is not None})
         return [Chunk(0, text, embed, units[0].start, units[-1].end, pages, units[0].headings, n)]
+
+    def _counted(self, units: list[_Unit]) -> tuple[str, str, int]:
+        text, embed = self._join(units)
+        return text, embed, self.count([embed])[0]
+
+
+def block_tokens_left(units: list[_Unit]) -> list[int]:
+    """For each unit, the tokens from it to the end of its block: one backward pass, never a rescan."""
+    left = [0] * len(units)
+    run, block = 0, None
+    for i in range(len(units) - 1, -1, -1):
+        u = units[i]
+        run = u.tokens + (run if u.block == block else 0)
+        block = u.block
+        left[i] = run
+    return left
 
 
 def finish_ids(chunks: list[Chunk], source_id: str) -> list[Chunk]:

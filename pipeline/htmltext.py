@@ -14,13 +14,48 @@ HEADINGS = {f"h{i}": i for i in range(1, 7)}
 VOID = {"br", "hr", "img", "meta", "link", "input", "area", "base", "col", "embed", "source", "track", "wbr"}
 
 
-class _Visible(HTMLParser):
+class OpenTags:
+    """The elements open inside a hidden region: a stack plus a count per tag, so closing is O(1) amortised.
+
+    An end tag whose element is not open costs one lookup (no scan of the stack); one that is open pops
+    down to it. `work` counts pushes, pops and lookups: it grows linearly with the tags fed.
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.open: dict[str, int] = {}
+        self.work = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.stack)
+
+    def push(self, tag: str) -> None:
+        self.work += 1
+        self.stack.append(tag)
+        self.open[tag] = self.open.get(tag, 0) + 1
+
+    def close(self, tag: str) -> None:
+        """Close `tag` and every element opened after it; an end tag with nothing open to close is ignored."""
+        self.work += 1
+        if not self.open.get(tag):
+            return
+        while True:
+            self.work += 1
+            top = self.stack.pop()
+            self.open[top] -= 1
+            if top == tag:
+                return
+
+
+class VisibleText(HTMLParser):
+    """Collects the visible text blocks, the heading path and the title while the stdlib parser feeds it."""
+
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
-        self.hidden: list[str] = []
+        self.hidden = OpenTags()
         self.pre = 0
         self.in_title = False
-        self.title = ""
+        self.title: list[str] = []
         self.heading_level: int | None = None
         self.heading_text: list[str] = []
         self.stack: list[tuple[int, str]] = []
@@ -40,7 +75,7 @@ class _Visible(HTMLParser):
         a = dict(attrs)
         style = (a.get("style") or "").replace(" ", "").lower()
         if tag not in VOID and (tag in HIDDEN or "hidden" in a or "display:none" in style or self.hidden):
-            self.hidden.append(tag)  # inside a hidden region every element nests on the stack
+            self.hidden.push(tag)  # inside a hidden region every element nests on the stack
             return
         if tag in HEADINGS:
             self.flush()
@@ -53,9 +88,7 @@ class _Visible(HTMLParser):
         if tag == "title":
             self.in_title = False
         if self.hidden:
-            if tag in self.hidden:
-                while self.hidden.pop() != tag:
-                    pass
+            self.hidden.close(tag)
             return
         if tag in HEADINGS and self.heading_level is not None:
             name = re.sub(r"\s+", " ", "".join(self.heading_text)).strip()
@@ -70,7 +103,7 @@ class _Visible(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         if self.in_title:
-            self.title += data
+            self.title.append(data)
         if self.hidden:
             return
         if self.heading_level is not None:
@@ -79,11 +112,11 @@ class _Visible(HTMLParser):
             self.buf.append(data)
 
 
-def html_blocks(html: str) -> tuple[str | None, list[tuple[str, tuple[str, ...]]]]:
+def html_blocks(html: str, parser: VisibleText | None = None) -> tuple[str | None, list[tuple[str, tuple[str, ...]]]]:
     """(title, [(paragraph text, heading path)]) of the visible text; headings become context, not blocks."""
-    p = _Visible()
+    p = parser or VisibleText()
     p.feed(html)
     p.close()
     p.flush()
-    title = re.sub(r"\s+", " ", p.title).strip() or (p.stack[0][1] if p.stack else None)
+    title = re.sub(r"\s+", " ", "".join(p.title)).strip() or (p.stack[0][1] if p.stack else None)
     return title, p.blocks

@@ -4,33 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from pipeline.document import Block, Document, ParseError
 from pipeline.htmltext import html_blocks
+from pipeline.pdf import pdf_document
 
-
-class ParseError(Exception):
-    """A document that cannot be ingested; the message is the reason recorded in the manifest."""
-
-
-@dataclass
-class Block:
-    """A paragraph-sized piece of text with where it came from."""
-
-    text: str
-    start: int  # char offsets into the document's extracted text
-    end: int
-    page: int | None = None  # 1-based
-    headings: tuple[str, ...] = ()
-
-
-@dataclass
-class Document:
-    kind: str
-    blocks: list[Block]
-    title: str | None = None
-    pages: int = 0
-    warnings: list[str] = field(default_factory=list)
+__all__ = ["Block", "Document", "ParseError", "parse", "sniff"]
 
 
 BINARY_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"PK\x03\x04", b"\x7fELF", b"\x1f\x8b", b"BZh", b"7z\xbc\xaf")
@@ -54,15 +33,41 @@ def sniff(data: bytes, name: str) -> str:
 
 def decode_text(data: bytes, invalid_utf8: str) -> tuple[str, list[str]]:
     """UTF-8 (BOMs honoured, UTF-16 by BOM); invalid bytes fail the file unless the config says replace."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data.decode("utf-16"), []
+    codec = "utf-16" if data.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig"
     try:
-        return data.decode("utf-8-sig"), []
+        return data.decode(codec), []
     except UnicodeDecodeError as e:
-        reason = f"invalid UTF-8 at byte {e.start} ({data[e.start : e.start + 4]!r})"
+        name = "UTF-16" if codec == "utf-16" else "UTF-8"
+        reason = f"invalid {name} at byte {e.start} ({data[e.start : e.start + 4]!r})"
         if invalid_utf8 != "replace":
-            raise ParseError(f"{reason}: not a UTF-8 text file (set source.invalid_utf8: replace to decode it)") from e
-        return data.decode("utf-8", errors="replace"), [f"{reason}: decoded with replacement characters"]
+            raise ParseError(f"{reason}: not a {name} text file (set source.invalid_utf8: replace to decode it)") from e
+        return data.decode(codec, errors="replace"), [f"{reason}: decoded with replacement characters"]
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(doc: Document) -> Document:
+    """Lone surrogates (a PDF's odd text map) cannot be stored or tokenized: U+FFFD instead, with a warning."""
+    fixed = 0
+    heads: dict[tuple[str, ...], tuple[str, ...]] = {}  # each heading path checked once, not once per block
+
+    def clean(s: str) -> str:
+        nonlocal fixed
+        if s.isascii() or SURROGATE.search(s) is None:
+            return s
+        fixed += 1
+        return SURROGATE.sub("\ufffd", s)  # same length: offsets hold
+
+    for b in doc.blocks:
+        b.text = clean(b.text)
+        if b.headings not in heads:
+            heads[b.headings] = tuple(clean(h) for h in b.headings)
+        b.headings = heads[b.headings]
+    doc.title = clean(doc.title) if doc.title else doc.title
+    if fixed:
+        doc.warnings.append(f"lone surrogate code points replaced by U+FFFD in {fixed} places")
+    return doc
 
 
 def paragraphs(text: str, base: int = 0) -> list[tuple[str, int, int]]:
@@ -79,7 +84,7 @@ def parse_text(data: bytes, invalid_utf8: str) -> Document:
     return Document("text", blocks, warnings=warnings)
 
 
-HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
+HEADING = re.compile(r"^(#{1,6})[ \t]+(.+)$")  # the closing #s are stripped in code: linear, no backtracking
 SETEXT = re.compile(r"^(=+|-+)[ \t]*$")
 FENCE = re.compile(r"^[ \t]*(```|~~~)")
 
@@ -128,7 +133,8 @@ def parse_markdown(data: bytes, invalid_utf8: str) -> Document:
             para.append(i)
             continue
         if m := HEADING.match(stripped):
-            heading(len(m.group(1)), m.group(2))
+            rest = m.group(2)
+            heading(len(m.group(1)), rest.rstrip("#").rstrip(" \t") or rest[:1])
         elif SETEXT.match(stripped) and len(para) == 1 and lines[para[0]].strip():
             name = lines[para.pop()].strip()
             heading(1 if stripped[0] == "=" else 2, name)
@@ -151,8 +157,6 @@ def parse_html(data: bytes, invalid_utf8: str) -> Document:
 
 
 def parse_pdf(data: bytes, invalid_utf8: str) -> Document:
-    from pipeline.pdf import pdf_document
-
     return pdf_document(data)
 
 
@@ -171,7 +175,7 @@ def parse(data: bytes, name: str, invalid_utf8: str = "fail") -> Document:
     kind = sniff(data, name)
     if kind == "binary":
         raise ParseError("binary content (not a PDF, Markdown, HTML or text document)")
-    doc = PARSERS[kind](data, invalid_utf8)
+    doc = _storable(PARSERS[kind](data, invalid_utf8))
     if not any(b.text.strip() for b in doc.blocks):
         hint = " (scanned pages? no OCR step is configured)" if kind == "pdf" else ""
         raise ParseError(f"no text found in the {kind} document{hint}")

@@ -5,11 +5,31 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from pipeline.parsers import Block, Document, ParseError
+from pipeline.document import Block, Document, ParseError
 
 
 def _norm(s: str) -> str:
     return re.sub(r"\s+", " ", s).strip().lower()
+
+
+def _page_blocks(pno: int, blocks: list[dict], raw: list[tuple[int, str, float]], sizes: Counter[float]) -> None:
+    """A page's text blocks as (page, text, max font size), counting characters per font size."""
+    for b in blocks:
+        if b.get("type") != 0:
+            continue
+        lines, size = [], 0.0
+        for line in b["lines"]:
+            spans = [s for s in line["spans"] if s["text"].strip()]
+            if not spans:
+                continue
+            lines.append("".join(s["text"] for s in line["spans"]).strip())
+            for s in spans:
+                sizes[round(s["size"], 1)] += len(s["text"])
+                size = max(size, round(s["size"], 1))
+        text = re.sub(r"-\n(?=[a-z])", "", "\n".join(lines))  # undo hyphenation at line ends
+        text = re.sub(r"\s*\n\s*", " ", text).strip()
+        if text:
+            raw.append((pno, text, size))
 
 
 def pdf_document(data: bytes) -> Document:
@@ -20,38 +40,21 @@ def pdf_document(data: bytes) -> Document:
         doc = pymupdf.open(stream=data, filetype="pdf")
     except Exception as e:  # noqa: BLE001 - pymupdf raises several types for damaged files
         raise ParseError(f"corrupted PDF: {e}") from e
+    raw: list[tuple[int, str, float]] = []  # (page, text, max font size) per text block
+    sizes: Counter[float] = Counter()
     with doc:
         if doc.needs_pass:
             raise ParseError("encrypted PDF: it needs a password to open")
         try:
             flags = pymupdf.TEXTFLAGS_DICT & ~pymupdf.TEXT_PRESERVE_LIGATURES & ~pymupdf.TEXT_PRESERVE_IMAGES
-            pages = [page.get_text("dict", sort=True, flags=flags)["blocks"] for page in doc]
+            for pno, page in enumerate(doc, start=1):  # one page's layout dict in memory at a time
+                _page_blocks(pno, page.get_text("dict", sort=True, flags=flags)["blocks"], raw, sizes)
             toc = doc.get_toc(simple=True)
             title = (doc.metadata or {}).get("title") or None
         except Exception as e:  # noqa: BLE001
             raise ParseError(f"corrupted PDF (page content unreadable): {e}") from e
         n_pages = doc.page_count
 
-    # (page, text, max font size) per text block
-    raw: list[tuple[int, str, float]] = []
-    sizes: Counter[float] = Counter()
-    for pno, blocks in enumerate(pages, start=1):
-        for b in blocks:
-            if b.get("type") != 0:
-                continue
-            lines, size = [], 0.0
-            for line in b["lines"]:
-                spans = [s for s in line["spans"] if s["text"].strip()]
-                if not spans:
-                    continue
-                lines.append("".join(s["text"] for s in line["spans"]).strip())
-                for s in spans:
-                    sizes[round(s["size"], 1)] += len(s["text"])
-                    size = max(size, round(s["size"], 1))
-            text = re.sub(r"-\n(?=[a-z])", "", "\n".join(lines))  # undo hyphenation at line ends
-            text = re.sub(r"\s*\n\s*", " ", text).strip()
-            if text:
-                raw.append((pno, text, size))
     if not raw:
         return Document("pdf", [], title=title, pages=n_pages)
 

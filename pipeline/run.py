@@ -16,7 +16,7 @@ from pipeline.config import ConfigError, PipelineConfig, load_config
 from pipeline.enrich import Enricher
 from pipeline.manifest import Manifest
 from pipeline.parsers import Document, ParseError, parse
-from pipeline.sources import SourceFile, walk
+from pipeline.sources import SourceError, SourceFile, read_source, walk
 from pipeline.summary import FileIssue, IngestSummary, StageClock
 
 
@@ -94,16 +94,17 @@ class IngestRun:
         started = time.time()
         await self.prepare()
         self.manifest.lock()
+        finished = False
         try:
             self.manifest.record_root(self.coll, str(self.root), self.cfg.model_dump(mode="json"), self.cfg.db)
             await self._run()
+            finished = True
         finally:
             self.s.wall_s = time.time() - started
             busy = self.clock.busy
             self.s.parse_s, self.s.embed_s, self.s.write_s = (busy.get(k, 0.0) for k in ("parse", "embed", "write"))
-            self.manifest.record_run(
-                self.coll, str(self.root), started, "ok" if self.s.ok else "partial", self.s.model_dump()
-            )
+            status = ("ok" if self.s.ok else "partial") if finished else "failed"  # an aborted run is never "ok"
+            self.manifest.record_run(self.coll, str(self.root), started, status, self.s.model_dump())
             self.manifest.close()
         return self.s
 
@@ -150,16 +151,11 @@ class IngestRun:
     async def _process(self, f: SourceFile) -> _Done | None:
         """Read, skip when unchanged, parse and chunk, enrich; failures are recorded, never raised."""
         path, rec = str(f.path), self.known.get(str(f.path))
-        limit = self.cfg.source.max_file_mb * 1024 * 1024
-        if f.size > limit:
-            return self._fail(
-                f, None, f"file too large: {f.size / 2**20:.1f} MiB, over the {self.cfg.source.max_file_mb:g} MiB limit"
-            )
         with self.clock.stage("parse"):
-            try:
-                data = await asyncio.to_thread(f.path.read_bytes)
-            except OSError as e:
-                return self._fail(f, None, f"cannot read: {e.strerror or e}")
+            try:  # by its checked real path, no symlink followed, never blocking; over-size files are not read
+                data = await asyncio.to_thread(read_source, f, self.cfg.source.max_file_mb)
+            except SourceError as e:
+                return self._fail(f, None, str(e))
             digest = hashlib.sha256(data).hexdigest()
             if (
                 rec is not None

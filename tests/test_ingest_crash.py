@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from connectors.base import open_store
-from pipeline.corpus import make_corpus
+from tests.corpus import make_corpus
 
 N_DOCS = 48
 CONFIG = """

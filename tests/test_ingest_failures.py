@@ -13,9 +13,9 @@ import shoal
 from connectors.base import open_store
 from pipeline import ingest
 from pipeline.config import PipelineConfig
-from pipeline.corpus import write_doc
 from pipeline.manifest import Manifest
 from shoal.cli import app
+from tests.corpus import write_doc
 
 GOOD = "The ferry timetable changes on the first Sunday of October every year."
 

@@ -12,8 +12,8 @@ import shoal
 from connectors.base import open_store
 from pipeline import ingest, search
 from pipeline.config import ChunkConfig, ConfigError, PipelineConfig, Step
-from pipeline.corpus import write_doc
 from pipeline.manifest import Manifest
+from tests.corpus import write_doc
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 KNOWN = {

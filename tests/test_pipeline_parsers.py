@@ -10,9 +10,9 @@ import pytest
 
 from pipeline.chunking import Chunker
 from pipeline.config import ChunkConfig, ConfigError, SourceConfig, load_config
-from pipeline.corpus import html_to_pdf
 from pipeline.parsers import ParseError, parse, sniff
 from pipeline.sources import glob_match, walk
+from tests.corpus import html_to_pdf
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -49,6 +49,39 @@ def test_markdown_heading_paths_and_offsets() -> None:
     ]
     for b in doc.blocks:
         assert src[b.start : b.end] == b.text
+
+
+def test_markdown_heading_closing_sequences() -> None:
+    src = "# Guide ##\n\n## C# notes\n\nA.\n\n### Tabs\t#\t\n\nB.\n\n#### ###\n\nC.\n\n####### seven\n"
+    doc = parse(src.encode(), "g.md")
+    assert [(b.text, b.headings) for b in doc.blocks] == [
+        ("A.", ("Guide", "C# notes")),
+        ("B.", ("Guide", "C# notes", "Tabs")),
+        ("C.", ("Guide", "C# notes", "Tabs", "#")),
+        ("####### seven", ("Guide", "C# notes", "Tabs", "#")),  # seven #s: a paragraph, as in CommonMark
+    ]
+
+
+def test_invalid_utf16_fails_or_is_replaced() -> None:
+    data = "\ufeffhello".encode("utf-16-le")[:-1] + b"\x00\xd8"  # ends in a lone high surrogate
+    with pytest.raises(ParseError, match="invalid UTF-16"):
+        parse(b"\xff\xfe" + data[2:], "u.txt")
+    doc = parse(b"\xff\xfe" + data[2:], "u.txt", invalid_utf8="replace")
+    assert "\ufffd" in doc.blocks[0].text and "invalid UTF-16" in doc.warnings[0]
+
+
+def test_lone_surrogates_never_leave_the_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pymupdf cannot be made to write such a text map here, so a stand-in parser yields what a broken one would
+    import pipeline.parsers as parsers
+    from pipeline.document import Block, Document
+
+    bad = Document("text", [Block("ok \ud800 text", 0, 12, None, ("H\udfff",)), Block("fine", 14, 18)], "T\ud801")
+    monkeypatch.setitem(parsers.PARSERS, "text", lambda data, invalid: bad)
+    doc = parse(b"anything", "x.txt")
+    assert doc.blocks[0].text == "ok \ufffd text" and doc.blocks[0].headings == ("H\ufffd",)
+    assert doc.title == "T\ufffd" and "lone surrogate" in doc.warnings[0]
+    for b in doc.blocks:
+        b.text.encode("utf-8")
 
 
 def test_html_visible_text_title_headings() -> None:

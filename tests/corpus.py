@@ -1,4 +1,4 @@
-"""Generated document folders (PDF via pymupdf, Markdown, HTML, text) for tests, examples and benchmarks."""
+"""Generated document folders (PDF via pymupdf, Markdown, HTML, text): test data for tests, bench and examples."""
 
 from __future__ import annotations
 
