@@ -73,7 +73,7 @@ class Hit:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class SourceCount:
     """One ingested source of a collection and how many chunks it has."""
 

@@ -229,10 +229,13 @@ class ChromaStore:
 
 
 def flat_metadata(row: dict[str, Any]) -> dict[str, Any]:
-    """Chroma metadata: scalars and non-empty scalar arrays; entities become one array per label."""
+    """Chroma metadata: scalars and non-empty scalar arrays; entities become one array per label.
+
+    The id is repeated in the metadata, as Chroma's `where` cannot filter on record ids.
+    """
     meta: dict[str, Any] = {}
     for key, value in row.items():
-        if key in ("id", "text", "vector", "multivector", "sparse", "entities") or value is None:
+        if key in ("text", "vector", "multivector", "sparse", "entities") or value is None:
             continue
         if isinstance(value, list | tuple):
             if value:
@@ -247,7 +250,7 @@ def flat_metadata(row: dict[str, Any]) -> dict[str, Any]:
 
 def unflatten(meta: dict[str, Any]) -> dict[str, Any]:
     """Metadata as the other stores return it: `entity:<label>` arrays folded back into `entities`."""
-    out = {k: v for k, v in meta.items() if not k.startswith(ENTITY)}
+    out = {k: v for k, v in meta.items() if not k.startswith(ENTITY) and k != "id"}
     entities = {k[len(ENTITY) :]: list(v) for k, v in meta.items() if k.startswith(ENTITY)}
     if entities or "entity_tags" in meta:
         out["entities"] = entities
