@@ -114,8 +114,8 @@ class PipelineConfig(BaseModel):
 
         try:
             named = url_collection(self.db)
-        except StoreError as e:
-            raise ValueError(f"db: {e.message}") from None
+        except StoreError:
+            named = None  # opening the store reports a bad URL, with its own code
         if named and "collection" in self.model_fields_set and self.collection != named:
             raise ValueError(f"db names collection {named!r} but collection is {self.collection!r}")
         if named:
