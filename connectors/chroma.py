@@ -4,8 +4,8 @@ Chroma stores one dense vector per record and flat metadata, so the nested entit
 one string-array field per label (`entity:<label>`) plus `entity_tags`; sparse and multivector output is
 refused when the collection is configured. Vectors are always passed in: no embedding function is set,
 so Chroma never loads or downloads one. Local Chroma has no ranked keyword search (its Search API is
-for the hosted service), so the lexical side of hybrid uses its full-text `$contains` index to find the
-chunks holding each query term and ranks them by BM25 here, then fuses with the dense ranking by RRF.
+for the hosted service), so the lexical side of hybrid uses its document filter (`$regex`, case-insensitive)
+to find the chunks holding each query term, ranks them by BM25 here, then fuses with the dense ranking by RRF.
 """
 
 from __future__ import annotations
@@ -204,25 +204,23 @@ class ChromaStore:
         return [Hit(i, 1.0 - float(dist), doc or "", unflatten(m or {})) for i, doc, m, dist in rows]
 
     def _lexical(self, col: Any, text: str, where: dict[str, Any] | None, k: int) -> list[Hit]:
-        """BM25 over the chunks Chroma's full-text index finds for each query term."""
+        """BM25 over the chunks Chroma's document filter finds for each query term (case-insensitive)."""
         q_terms = list(dict.fromkeys(lexical.terms(text)))[:LEX_TERMS]
-        docs: dict[str, tuple[str, dict[str, Any]]] = {}
+        docs: dict[str, str] = {}
         df: dict[str, int] = {}
         for term in q_terms:
-            variants = list(dict.fromkeys([term, term.capitalize(), term.upper()]))
-            contains = [{"$contains": v} for v in variants]
-            got = col.get(
-                where=where, where_document=contains[0] if len(contains) == 1 else {"$or": contains},
-                include=["documents", "metadatas"], limit=LEX_LIMIT,
-            )  # fmt: skip
+            pattern = "(?i)" + term.replace(".", "\\.")  # terms hold only word characters and -./'
+            got = col.get(where=where, where_document={"$regex": pattern}, include=["documents"], limit=LEX_LIMIT)
             df[term] = len(got["ids"])
-            for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
-                docs.setdefault(i, (d or "", m or {}))
+            docs.update(zip(got["ids"], got["documents"], strict=True))
         if not docs:
             return []
-        scores = lexical.bm25_scores(text, {i: d for i, (d, _) in docs.items()}, df, max(1, col.count()))
+        scores = lexical.bm25_scores(text, docs, df, max(1, col.count()))
         order = sorted(scores, key=lambda i: -scores[i])[:k]
-        return [Hit(i, scores[i], docs[i][0], unflatten(docs[i][1])) for i in order]
+        metas = dict(
+            zip(*(lambda g: (g["ids"], g["metadatas"]))(col.get(ids=order, include=["metadatas"])), strict=True)
+        )
+        return [Hit(i, scores[i], docs[i], unflatten(metas.get(i) or {})) for i in order]
 
     def finalize(self, collection: str, changed: bool = True) -> None:
         """Chroma indexes as it goes; nothing to do after a run."""

@@ -285,9 +285,15 @@ def _where(request: SearchRequest) -> str | None:
 
 
 def _table_names(db: Any) -> list[str]:
-    listed = db.list_tables() if hasattr(db, "list_tables") else db.table_names()
-    names = getattr(listed, "tables", listed)
-    return list(names)
+    """Every table name, following list_tables' pages."""
+    names: list[str] = []
+    token = None
+    while True:
+        page = db.list_tables(page_token=token)
+        names += list(page.tables)
+        token = getattr(page, "page_token", None)
+        if not token:
+            return names
 
 
 def _hit(row: dict[str, Any], score: float) -> Hit:

@@ -121,19 +121,25 @@ def query_vector(text: str) -> dict[str, list]:
     return {"indices": ids, "values": [1.0] * len(ids)}
 
 
+def _counts(text: str) -> tuple[Counter[str], int]:
+    """Term counts of a text (compound words also counted by their parts) and its length in terms."""
+    counts = Counter(_TOKEN.findall(text.lower()))
+    for word, n in [(w, n) for w, n in counts.items() if _SPLIT.search(w)]:
+        for part in _SPLIT.split(word):
+            if part:
+                counts[part] += n
+    return counts, sum(n for w, n in counts.items() if w not in STOPWORDS)
+
+
 def bm25_scores(query: str, docs: dict[str, str], df: dict[str, int], n_docs: int) -> dict[str, float]:
     """BM25 of candidate documents for a query, given each query term's document frequency in the collection."""
     q = [t for t in dict.fromkeys(terms(query)) if df.get(t)]
+    idf = {t: math.log(1 + (n_docs - df[t] + 0.5) / (df[t] + 0.5)) for t in q}
     scores: dict[str, float] = {}
     for doc_id, text in docs.items():
-        counts = Counter(terms(text))
-        norm = K1 * (1 - B + B * sum(counts.values()) / AVG_LEN)
-        s = 0.0
-        for t in q:
-            tf = counts.get(t, 0)
-            if tf:
-                idf = math.log(1 + (n_docs - df[t] + 0.5) / (df[t] + 0.5))
-                s += idf * tf * (K1 + 1) / (tf + norm)
+        counts, length = _counts(text)
+        norm = K1 * (1 - B + B * length / AVG_LEN)
+        s = sum(idf[t] * counts[t] * (K1 + 1) / (counts[t] + norm) for t in q if counts.get(t))
         if s > 0:
             scores[doc_id] = s
     return scores

@@ -150,3 +150,22 @@ def test_raw_sql_is_one_whole_expression() -> None:
         with pytest.raises(StoreError) as e:
             check_sql(bad)
         assert e.value.code == "INVALID_FILTER"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["qdrant-local", "chroma-local"])
+def test_rerank_step_works_on_any_store(backend, tmp_path: Path, request, engine) -> None:
+    from tests.tiny_models import make
+
+    ce = tmp_path / "tiny-cross-encoder"
+    make("bert", "ForSequenceClassification", ce, num_labels=1)
+    coll = unique("rr")
+    uri = store_url(backend, tmp_path, request, coll)
+    build(uri, coll, engine)
+    hits = search("pump seals", db=uri, collection=coll, top_k=3, rerank=str(ce), where="source!=c.txt", client=engine)
+    assert len(hits) == 3 and all(h.metadata["source"] != "c.txt" for h in hits)
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True) and all("retrieval_score" in h.metadata for h in hits)
+    direct = engine.score(str(ce), "pump seals", [h.text for h in hits])["scores"]
+    by_text = {hits[int(d["item_id"].split("-")[-1])].text: d["score"] for d in direct}
+    assert all(h.score == pytest.approx(by_text[h.text], rel=1e-4, abs=1e-5) for h in hits)
