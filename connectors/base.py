@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from connectors.filters import Filter
+from connectors.filters import And, Cond, Filter
 
 SearchMode = Literal["hybrid", "dense", "text", "sparse", "multivector"]
 STATE_PREFIX = "shoal_state"  # side collection/table holding the ingest manifest in server stores
@@ -178,3 +178,11 @@ def point_id(chunk_id: str) -> str:
         return str(uuid.UUID(chunk_id))
     except ValueError:
         return str(uuid.uuid5(ID_NAMESPACE, chunk_id))
+
+
+def delete_source(store: VectorStore, collection: str, source: str, root: str | None = None) -> int:
+    """Remove every chunk of one source (of one root, when given); returns how many were removed."""
+    where: Filter = Cond("source", "eq", source)
+    if root is not None:
+        where = And((Cond("root", "eq", root), where))
+    return store.delete_where(collection, where)

@@ -62,7 +62,9 @@ class ChromaStore:
                 self.client = chromadb.HttpClient(url.host or "localhost", port, url.flag("ssl"), headers, settings, tenant, database)  # fmt: skip
                 self.client.heartbeat()
         except Exception as e:  # noqa: BLE001 - the driver raises many types for "cannot connect"
-            where = self.path or f"{url.host}:{url.port or 8000}"
+            if self.path is not None:
+                raise StoreError(f"cannot open {self.path}: {str(e)[:200]}", code="STORE_UNAVAILABLE") from None
+            where = f"{url.host}:{url.port or 8000}"
             raise StoreError(f"cannot reach Chroma at {where}: {str(e)[:200]}", code="STORE_UNREACHABLE") from None
         self.max_batch = max(1, int(self.client.get_max_batch_size()))
         self._cols: dict[str, Any] = {}

@@ -308,9 +308,11 @@ def _open_local(path: Path) -> QdrantClient:
     with _LOCAL_MU:
         entry = _LOCAL.get(str(path))
         if entry is None:
-            path.mkdir(parents=True, exist_ok=True)
             try:
+                path.mkdir(parents=True, exist_ok=True)
                 entry = _LOCAL[str(path)] = [QdrantClient(path=str(path)), 0]
+            except OSError as e:
+                raise StoreError(f"cannot open {path}: {e.strerror or e}", "STORE_UNAVAILABLE") from None
             except RuntimeError as e:
                 if "already accessed" in str(e):
                     raise StoreError(f"another process has {path} open (Qdrant local mode)", "STORE_LOCKED") from None

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from connectors.base import CollectionSpec, VectorStore
+from connectors.base import CollectionSpec, StoreError, VectorStore
 from connectors.filters import Cond
 from connectors.registry import open_store
 from engine.errors import ShoalError
@@ -67,7 +68,10 @@ def manifest_for(store: VectorStore, state: str | None = None) -> ManifestLike:
         return StoreManifest(store.state_table(), store.uri)
     folder = Path(state).expanduser().resolve() if state else store.state_dir()
     assert folder is not None
-    return Manifest(folder / "manifest.sqlite")
+    try:
+        return Manifest(folder / "manifest.sqlite")
+    except (OSError, sqlite3.Error) as e:
+        raise StoreError(f"cannot keep the ingest manifest in {folder}: {e}", code="STORE_UNAVAILABLE") from None
 
 
 def open_client(cfg: PipelineConfig) -> Any:

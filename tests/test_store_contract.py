@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from connectors import CollectionSpec, SearchRequest, StoreError, VectorStore, open_store
+from connectors.base import delete_source
 from connectors.filters import And, Or, matches, parse
 from tests.store_backends import BACKENDS, chroma_server, store_url, unique  # noqa: F401 - chroma_server is a fixture
 
@@ -173,9 +174,11 @@ def test_delete_by_ids_and_by_source(loaded) -> None:
     _, store, name, rows = loaded
     assert store.delete(name, ["chunk-0001", "chunk-0002", "missing"]) == 2
     assert store.delete_where(name, parse("source=s3.md")) == 100
-    assert store.count(name) == N - 102
+    assert delete_source(store, name, "s4.md", root="/elsewhere") == 0
+    assert delete_source(store, name, "s4.md", root="/corpus") == 100
+    assert store.count(name) == N - 202
     counts = {s.source: s.chunks for s in store.sources(name)}
-    assert "s3.md" not in counts and counts["s1.md"] == 99 and counts["s2.md"] == 99
+    assert "s3.md" not in counts and "s4.md" not in counts and counts["s1.md"] == 99 and counts["s2.md"] == 99
     assert store.search(name, SearchRequest(vector=rows[13]["vector"], mode="dense", top_k=1))[0].id != "chunk-0013"
     assert Counter(r["source"] for r in store.rows(name, ["source"]))["s3.md"] == 0
 

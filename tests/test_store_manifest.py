@@ -128,8 +128,13 @@ def test_state_folder_option_keeps_the_manifest_where_configured(tmp_path: Path,
 def test_bad_configuration_fails_before_any_document(tmp_path: Path, engine, request) -> None:
     root = folder(tmp_path / "docs")
     port = free_port()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
     for db, code in [
         ("mongo://localhost/x", "UNKNOWN_STORE"),
+        (f"lancedb://{blocker}/db", "STORE_UNAVAILABLE"),  # an unwritable store folder
+        (f"qdrant+local://{blocker}/db", "STORE_UNAVAILABLE"),
+        (f"chroma+local://{blocker}/db", "STORE_UNAVAILABLE"),
         (f"qdrant://127.0.0.1:{port}/docs", "STORE_UNREACHABLE"),
         (f"chroma://127.0.0.1:{port}/docs", "STORE_UNREACHABLE"),
         (f"weaviate://127.0.0.1:{port}/Docs", "STORE_UNREACHABLE"),
