@@ -1,14 +1,17 @@
-"""The vector-store protocol every connector implements: ensure_collection, upsert, delete, search."""
+"""The vector-store protocol every connector implements, and the plain data it speaks; imports no store."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-import numpy as np
+from connectors.filters import And, Cond, Filter
 
-SearchMode = Literal["hybrid", "dense", "text", "multivector"]
+SearchMode = Literal["hybrid", "dense", "text", "sparse", "multivector"]
+STATE_PREFIX = "shoal_state"  # side collection/table holding the ingest manifest in server stores
+ID_NAMESPACE = uuid.UUID("0b6c2a57-3f7e-4d4f-9a0e-6d1f0c9b7e21")
 
 
 class StoreError(Exception):
@@ -21,6 +24,17 @@ class StoreError(Exception):
         self.message = message
         if code:
             self.code = code
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a store can hold and search besides dense vectors."""
+
+    sparse: bool = False  # holds a sparse vector per chunk
+    sparse_search: bool = False  # searches it natively
+    multivector: bool = False  # token vectors per chunk, searched by MaxSim
+    text: bool = False  # lexical (keyword) search over the chunk text
+    hybrid: bool = True  # lexical + vector fused in one search
 
 
 @dataclass
@@ -37,13 +51,14 @@ class CollectionSpec:
 
 @dataclass
 class SearchRequest:
-    """One search: vectors and/or text, a filter (the store's own `where` syntax), a mode and a limit."""
+    """One search: query vectors and/or text, a portable filter or the store's native one, a mode, a limit."""
 
-    vector: np.ndarray | None = None
+    vector: Any = None  # dense query vector (numpy)
     text: str | None = None
-    multivector: np.ndarray | None = None
-    sparse: dict[str, Any] | None = None
-    where: str | None = None
+    multivector: Any = None  # query token vectors (numpy, tokens x dim)
+    sparse: dict[str, Any] | None = None  # {"indices": [...], "values": [...]}
+    where: Filter | None = None
+    native: Any = None  # the store's own filter (SQL for LanceDB, a dict for Qdrant/Chroma, ...)
     mode: SearchMode = "hybrid"
     top_k: int = 10
 
@@ -58,18 +73,44 @@ class Hit:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, order=True)
+class SourceCount:
+    """One ingested source of a collection and how many chunks it has."""
+
+    root: str
+    source: str
+    chunks: int
+
+
+@runtime_checkable
+class StateTable(Protocol):
+    """A small keyed document table kept inside the store (the manifest of stateless jobs lives here).
+
+    A record is a JSON-able dict with string fields `kind` and `collection` (and optionally `root`)
+    that `scan` filters on; keys are unique strings.
+    """
+
+    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]: ...
+    def put(self, records: dict[str, dict[str, Any]]) -> None: ...
+    def delete(self, keys: list[str]) -> None: ...
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]: ...
+
+
 @runtime_checkable
 class VectorStore(Protocol):
-    """The small protocol the pipeline writes through; one implementation per database."""
+    """The small protocol the pipeline writes and searches through; one implementation per database."""
 
     uri: str
-    supports_hybrid: bool
+    capabilities: Capabilities
 
     def state_dir(self) -> Path | None:
-        """A local folder for the pipeline's own state (the manifest), or None for remote stores."""
+        """A local folder for the pipeline's state (embedded stores), or None for server stores."""
+
+    def state_table(self) -> StateTable:
+        """The side table holding the pipeline's state inside the store itself."""
 
     def ensure_collection(self, spec: CollectionSpec) -> None:
-        """Create the collection if missing; raise StoreError when it exists with another shape."""
+        """Create the collection if missing; raise StoreError (SCHEMA_MISMATCH) when it exists with another shape."""
 
     def upsert(self, collection: str, rows: list[dict[str, Any]]) -> int:
         """Insert or replace rows by `id`; returns how many rows were written."""
@@ -77,32 +118,71 @@ class VectorStore(Protocol):
     def delete(self, collection: str, ids: list[str]) -> int:
         """Remove rows by id; returns how many were removed."""
 
-    def ids_where(self, collection: str, where: str) -> set[str]:
+    def delete_where(self, collection: str, where: Filter) -> int:
+        """Remove every row matching a filter (e.g. one source); returns how many were removed."""
+
+    def ids_where(self, collection: str, where: Filter) -> set[str]:
         """Every id matching a filter (used to sweep orphans after a crash)."""
 
     def search(self, collection: str, request: SearchRequest) -> list[Hit]:
-        """Dense, text, multivector or hybrid (reciprocal-rank fused) search with an optional filter."""
+        """Dense, text, sparse, multivector or hybrid search with an optional filter."""
 
-    def count(self, collection: str, where: str | None = None) -> int:
+    def count(self, collection: str, where: Filter | None = None) -> int:
         """How many rows (matching an optional filter) the collection holds."""
 
+    def sources(self, collection: str) -> list[SourceCount]:
+        """Every (root, source) of the collection with its chunk count, sorted."""
+
+    def list_collections(self) -> list[str]:
+        """The chunk collections in the store (the pipeline's own state collection is not listed)."""
+
+    def drop_collection(self, name: str) -> bool:
+        """Remove a whole collection; False when there was none."""
+
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every row with its id and the named fields (all metadata when None); for tests and exports."""
+
     def finalize(self, collection: str, changed: bool = True) -> None:
-        """After a run: build or refresh indexes once the table is large enough, compact small writes.
+        """After a run: build or refresh indexes, compact small writes (a no-op where the store does it)."""
 
-        With `changed` False it only creates indexes that are missing (an unchanged store is not rewritten).
-        """
-
-
-def quote(value: str) -> str:
-    """A SQL string literal (single quotes doubled)."""
-    return "'" + value.replace("'", "''") + "'"
+    def close(self) -> None:
+        """Release connections and file locks."""
 
 
-def open_store(uri: str) -> VectorStore:
-    """A connector for a store URI: `lancedb://PATH` (or a bare path) is the embedded LanceDB."""
-    if uri.startswith("lancedb://") or "://" not in uri:
-        from connectors.lancedb import LanceDBStore
+def check_spec(uri: str, caps: Capabilities, spec: CollectionSpec) -> None:
+    """Refuse, before anything is written, a collection whose output this store cannot hold."""
+    if spec.sparse and not caps.sparse:
+        raise StoreError(
+            f"{uri} cannot store or search sparse vectors; remove the sparse step or use lancedb://, qdrant://",
+            code="UNSUPPORTED",
+        )
+    if spec.multivector_dim and not caps.multivector:
+        raise StoreError(
+            f"{uri} cannot store multivectors (ColBERT); remove the multivector step or use lancedb://, qdrant://, "
+            "weaviate://",
+            code="UNSUPPORTED",
+        )
 
-        return LanceDBStore(uri)
-    scheme = uri.split("://", 1)[0]
-    raise StoreError(f"no connector for {scheme!r} stores yet (known: lancedb://PATH)", code="UNKNOWN_STORE")
+
+def source_counts(pairs: list[tuple[str, str]]) -> list[SourceCount]:
+    """Count (root, source) pairs into sorted SourceCounts."""
+    counts: dict[tuple[str, str], int] = {}
+    for key in pairs:
+        counts[key] = counts.get(key, 0) + 1
+    return [SourceCount(r, s, n) for (r, s), n in sorted(counts.items())]
+
+
+def point_id(chunk_id: str) -> str:
+    """A UUID for stores that want one (Qdrant, Weaviate): a UUID id is kept, any other maps to a stable uuid5."""
+    try:
+        return str(uuid.UUID(chunk_id))
+    except ValueError:
+        return str(uuid.uuid5(ID_NAMESPACE, chunk_id))
+
+
+def delete_source(store: VectorStore, collection: str, source: str, root: str | None = None) -> int:
+    """Remove every chunk of one source (of one root, when given); returns how many were removed."""
+    where: Filter = Cond("source", "eq", source)
+    if root is not None:
+        where = And((Cond("root", "eq", root), where))
+    return store.delete_where(collection, where)

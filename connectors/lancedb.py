@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import lancedb
 import numpy as np
 import pyarrow as pa
 
-from connectors.base import CollectionSpec, Hit, SearchRequest, StoreError, quote
+from connectors.base import (
+    STATE_PREFIX,
+    Capabilities,
+    CollectionSpec,
+    Hit,
+    SearchRequest,
+    SourceCount,
+    StoreError,
+    check_spec,
+)
+from connectors.filters import Filter
+from connectors.fusion import RRF_K, rrf_fuse
+from connectors.registry import StoreURL, parse_url
+from connectors.sql import check_sql, quote, to_sql
 
-RRF_K = 60
+__all__ = ["RRF_K", "LanceDBStore", "chunk_schema", "rrf_fuse"]
 SCALAR_INDEX_MIN_ROWS = 1_000  # below this a scan is as fast as an index
 VECTOR_INDEX_MIN_ROWS = 50_000  # below this exact (flat) search is fast and exact
 SCALAR_INDEXED = {"id": "btree", "source": "btree", "root": "bitmap", "entity_tags": "label_list"}
@@ -67,20 +82,27 @@ def _row_for_arrow(row: dict[str, Any]) -> dict[str, Any]:
 class LanceDBStore:
     """`lancedb://PATH` (or a bare path): one folder holding the tables and the pipeline's manifest."""
 
-    supports_hybrid = True
+    capabilities = Capabilities(sparse=True, sparse_search=False, multivector=True, text=True, hybrid=True)
 
-    def __init__(self, uri: str) -> None:
-        import lancedb
-
-        self.uri = uri
-        path = uri.removeprefix("lancedb://") or "./shoal-data"
-        self.path = Path(path).expanduser().resolve()
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.db = lancedb.connect(str(self.path))
+    def __init__(self, url: StoreURL | str) -> None:
+        url = parse_url(url) if isinstance(url, str) else url
+        self.uri = url.uri
+        self.path = Path(url.path or "./shoal-data").expanduser().resolve()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.db = lancedb.connect(str(self.path))
+        except OSError as e:
+            raise StoreError(f"cannot open {self.uri}: {e.strerror or e}", code="STORE_UNAVAILABLE") from None
         self._tables: dict[str, Any] = {}
 
     def state_dir(self) -> Path | None:
         return self.path
+
+    def state_table(self) -> LanceState:
+        return LanceState(self)
+
+    def close(self) -> None:
+        self._tables.clear()
 
     def _table(self, name: str) -> Any:
         if name not in self._tables:
@@ -98,6 +120,7 @@ class LanceDBStore:
             return False
 
     def ensure_collection(self, spec: CollectionSpec) -> None:
+        check_spec(self.uri, self.capabilities, spec)
         schema = chunk_schema(spec)
         if self.has_collection(spec.name):
             have = self._table(spec.name).schema
@@ -128,44 +151,79 @@ class LanceDBStore:
             table.delete("id IN (" + ", ".join(quote(x) for x in ids[i : i + 500]) + ")")
         return before - table.count_rows()
 
-    def ids_where(self, collection: str, where: str) -> set[str]:
+    def delete_where(self, collection: str, where: Filter) -> int:
         table = self._table(collection)
-        got = table.search().where(where).select(["id"]).limit(None).to_arrow()
+        before = table.count_rows()
+        table.delete(to_sql(where))
+        return before - table.count_rows()
+
+    def ids_where(self, collection: str, where: Filter) -> set[str]:
+        table = self._table(collection)
+        got = table.search().where(to_sql(where)).select(["id"]).limit(None).to_arrow()
         return set(got.column("id").to_pylist())
 
-    def count(self, collection: str, where: str | None = None) -> int:
-        return self._table(collection).count_rows(where)
+    def count(self, collection: str, where: Filter | None = None) -> int:
+        return self._table(collection).count_rows(to_sql(where) if where is not None else None)
+
+    def sources(self, collection: str) -> list[SourceCount]:
+        data = self._table(collection).to_arrow().select(["root", "source"])
+        grouped = data.group_by(["root", "source"]).aggregate([("source", "count")]).to_pylist()
+        return sorted(SourceCount(g["root"] or "", g["source"] or "", g["source_count"]) for g in grouped)
+
+    def list_collections(self) -> list[str]:
+        return sorted(n for n in _table_names(self.db) if not n.startswith(STATE_PREFIX))
+
+    def drop_collection(self, name: str) -> bool:
+        if name not in _table_names(self.db):
+            return False
+        self.db.drop_table(name)
+        self._tables.pop(name, None)
+        return True
 
     def version(self, collection: str) -> int:
         return self._table(collection).version
 
-    def rows(self, collection: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
         """Every row (for tests and exports)."""
-        return (
-            self._table(collection).to_arrow().select(columns or []).to_pylist()
-            if columns
-            else (self._table(collection).to_arrow().to_pylist())
-        )
+        data = self._table(collection).to_arrow()
+        if fields:
+            data = data.select(list(dict.fromkeys(["id", *fields])))
+        out = data.to_pylist()
+        for r in out:
+            if isinstance(r.get("entities"), list):
+                r["entities"] = dict(r["entities"])
+        return out
 
     # -- search --------------------------------------------------------------------------------------
 
     def search(self, collection: str, request: SearchRequest) -> list[Hit]:
         table = self._table(collection)
+        where = _where(request)
+        try:
+            return self._search(table, request, where)
+        except (RuntimeError, ValueError, OSError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            code = (
+                "INVALID_FILTER" if where and any(w in first for w in ("parse", "field", "Schema")) else "SEARCH_FAILED"
+            )
+            raise StoreError(f"search failed: {first[:300]}", code=code) from None
+
+    def _search(self, table: Any, request: SearchRequest, where: str | None) -> list[Hit]:
         k = request.top_k
-        if request.sparse is not None:
+        if request.mode == "sparse" or (request.sparse is not None and request.mode != "hybrid"):
             raise StoreError("LanceDB has no sparse-vector search; use dense, text or hybrid", code="UNSUPPORTED")
         if request.mode == "text":
-            return self._text(table, request, k)
+            return self._text(table, request.text, where, k)
         if request.mode == "multivector":
             if request.multivector is None:
                 raise StoreError("multivector search needs a multivector query", code="INVALID_QUERY")
-            return self._vector(table, request.multivector, "multivector", request.where, k)
+            return self._vector(table, request.multivector, "multivector", where, k)
         if request.vector is None:
             raise StoreError(f"{request.mode} search needs a query vector", code="INVALID_QUERY")
-        dense = self._vector(table, request.vector, "vector", request.where, k if request.mode == "dense" else 4 * k)
+        dense = self._vector(table, request.vector, "vector", where, k if request.mode == "dense" else 4 * k)
         if request.mode == "dense" or not request.text:
             return dense[:k]
-        return rrf_fuse([dense, self._text(table, request, 4 * k)], k)
+        return rrf_fuse([dense, self._text(table, request.text, where, 4 * k)], k)
 
     def _vector(self, table: Any, vec: np.ndarray, column: str, where: str | None, k: int) -> list[Hit]:
         q = table.search(np.asarray(vec, dtype=np.float32), vector_column_name=column).distance_type("cosine")
@@ -174,18 +232,18 @@ class LanceDBStore:
         rows = q.limit(k).to_list()
         return [_hit(r, 1.0 - float(r.pop("_distance"))) for r in rows]
 
-    def _text(self, table: Any, request: SearchRequest, k: int) -> list[Hit]:
-        if not request.text:
+    def _text(self, table: Any, text: str | None, where: str | None, k: int) -> list[Hit]:
+        if not text:
             raise StoreError("text search needs query text", code="INVALID_QUERY")
-        q = table.search(request.text, query_type="fts", fts_columns="text")
-        if request.where:
-            q = q.where(request.where, prefilter=True)
+        q = table.search(text, query_type="fts", fts_columns="text")
+        if where:
+            q = q.where(where, prefilter=True)
         try:
             rows = q.limit(k).to_list()
         except (RuntimeError, ValueError) as e:
             if "index" in str(e).lower() and "fts" in str(e).lower():
                 return []  # no full-text index yet: hybrid degrades to dense
-            raise StoreError(f"full-text search failed: {e}", code="SEARCH_FAILED") from e
+            raise
         return [_hit(r, float(r.pop("_score"))) for r in rows]
 
     # -- maintenance ---------------------------------------------------------------------------------
@@ -216,16 +274,26 @@ class LanceDBStore:
                 table.optimize(cleanup_older_than=timedelta(hours=1))
 
 
-def rrf_fuse(rankings: list[list[Hit]], k: int, rrf_k: int = RRF_K) -> list[Hit]:
-    """Reciprocal-rank fusion: score = sum over rankings of 1 / (rrf_k + rank)."""
-    fused: dict[str, Hit] = {}
-    scores: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, hit in enumerate(ranking, start=1):
-            fused.setdefault(hit.id, hit)
-            scores[hit.id] = scores.get(hit.id, 0.0) + 1.0 / (rrf_k + rank)
-    order = sorted(scores, key=lambda i: -scores[i])[:k]
-    return [Hit(i, scores[i], fused[i].text, fused[i].metadata) for i in order]
+def _where(request: SearchRequest) -> str | None:
+    """The SQL of a request's portable filter and/or its raw SQL filter (checked to be one whole expression)."""
+    parts = [to_sql(request.where)] if request.where is not None else []
+    if request.native is not None:
+        if not isinstance(request.native, str):
+            raise StoreError("LanceDB's native filter is a SQL string", code="INVALID_FILTER")
+        parts.append(check_sql(request.native))
+    return " AND ".join(parts) or None
+
+
+def _table_names(db: Any) -> list[str]:
+    """Every table name, following list_tables' pages."""
+    names: list[str] = []
+    token = None
+    while True:
+        page = db.list_tables(page_token=token)
+        names += list(page.tables)
+        token = getattr(page, "page_token", None)
+        if not token:
+            return names
 
 
 def _hit(row: dict[str, Any], score: float) -> Hit:
@@ -238,3 +306,50 @@ def _hit(row: dict[str, Any], score: float) -> Hit:
 
 def _describe(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema if f.name in {"vector", "multivector", "sparse", "entities"})
+
+
+class LanceState:
+    """The pipeline's state as a LanceDB table (`shoal_state`), for when it must live in the store."""
+
+    SCHEMA = pa.schema([(k, pa.string()) for k in ("key", "kind", "collection", "root", "doc")])
+
+    def __init__(self, store: LanceDBStore) -> None:
+        self.db = store.db
+        names = _table_names(self.db)
+        self.table = (
+            self.db.open_table(STATE_PREFIX)
+            if STATE_PREFIX in names
+            else self.db.create_table(STATE_PREFIX, schema=self.SCHEMA)
+        )
+
+    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        if not keys:
+            return {}
+        got = self.table.search().where(f"key IN ({', '.join(quote(k) for k in keys)})").limit(None).to_arrow()
+        return {r["key"]: json.loads(r["doc"]) for r in got.to_pylist()}
+
+    def put(self, records: dict[str, dict[str, Any]]) -> None:
+        if records:
+            rows = [
+                {
+                    "key": k,
+                    "kind": d["kind"],
+                    "collection": d.get("collection"),
+                    "root": d.get("root"),
+                    "doc": json.dumps(d, default=str),
+                }
+                for k, d in records.items()
+            ]
+            data = pa.Table.from_pylist(rows, schema=self.SCHEMA)
+            self.table.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(data)
+
+    def delete(self, keys: list[str]) -> None:
+        for i in range(0, len(keys), 500):
+            self.table.delete(f"key IN ({', '.join(quote(k) for k in keys[i : i + 500])})")
+
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]:
+        sql = f"kind = {quote(kind)}"
+        sql += f" AND collection = {quote(collection)}" if collection is not None else ""
+        sql += f" AND root = {quote(root)}" if root is not None else ""
+        got = self.table.search().where(sql).limit(None).to_arrow()
+        return {r["key"]: json.loads(r["doc"]) for r in got.to_pylist()}

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -20,8 +21,24 @@ from pipeline.config import DEFAULT_DB
 console = Console(stderr=True)
 out = Console()
 
-DbOpt = Annotated[str | None, typer.Option("--db", help="store URI, e.g. lancedb://./shoal-data (the default)")]
-CollOpt = Annotated[str | None, typer.Option("--collection", "-c", help="collection (table) name; default chunks")]
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="store URL: lancedb://PATH (default ./shoal-data), qdrant://HOST:PORT/COLL, qdrant+local://PATH, "
+        "chroma://HOST:PORT/COLL, chroma+local://PATH, weaviate://HOST:PORT/Coll",
+    ),
+]
+CollOpt = Annotated[
+    str | None, typer.Option("--collection", "-c", help="collection name; default: the one in the URL, else chunks")
+]
+StateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--state", help="where the ingest manifest lives: a folder, or 'store' (inside the store); default: the "
+        "store's folder for embedded stores, the store itself for servers",
+    ),
+]  # fmt: skip
 UrlOpt = Annotated[str | None, typer.Option("--url", help="send tasks to a shoal server instead of in-process")]
 
 
@@ -101,14 +118,26 @@ def print_summary(s: Any) -> None:
 
 def _fail(e: Exception) -> typer.Exit:
     code = getattr(e, "code", type(e).__name__)
-    console.print(f"[red]{code}[/red]: {getattr(e, 'message', None) or e}")
+    message = str(getattr(e, "message", None) or e).strip()
+    console.print(f"[red]{code}[/red]: {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(1)
 
 
-def _config(config: Path | None, db: str | None, collection: str | None, url: str | None) -> Any:
+def _expected_errors() -> tuple[type[Exception], ...]:
+    """The errors a user causes (config, store, filter, lock): one line and exit 1, never a traceback."""
+    from connectors.base import StoreError
+    from connectors.filters import FilterError
+    from engine.errors import ShoalError
+    from pipeline.config import ConfigError
+    from pipeline.manifest import StoreLocked
+
+    return (ConfigError, ShoalError, StoreError, FilterError, StoreLocked)
+
+
+def _config(config: Path | None, db: str | None, collection: str | None, url: str | None, state: str | None) -> Any:
     from pipeline.config import load_config
 
-    cfg = load_config(config, db=db, collection=collection)
+    cfg = load_config(config, db=db, collection=collection, state=state)
     if url:
         cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"url": url})})
     return cfg
@@ -143,25 +172,20 @@ def ingest_command(
     db: DbOpt = None,
     collection: CollOpt = None,
     url: UrlOpt = None,
+    state: StateOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Ingest a folder into a vector store: parse, chunk, enrich, write; unchanged files are skipped.
 
-    Exit code 0 when every file was ingested, 3 when some failed (the rest is ingested), 1 on a config error.
+    Exit code 0 when every file was ingested, 3 when some failed (the rest is ingested), 1 on a config,
+    store or lock error (before any document is processed).
     """
-    from engine.errors import ShoalError
-    from pipeline.config import ConfigError
-
     try:
-        cfg = _config(config, db, collection, url)
+        cfg = _config(config, db, collection, url, state)
         code = asyncio.run(_ingest_roots([(path, cfg)], quiet, as_json))
-    except (ConfigError, ShoalError) as e:
+    except _expected_errors() as e:
         raise _fail(e) from None
-    except Exception as e:
-        if type(e).__name__ in ("StoreError", "StoreLocked"):
-            raise _fail(e) from None
-        raise
     raise typer.Exit(code)
 
 
@@ -169,22 +193,41 @@ def search_command(
     query: Annotated[str, typer.Argument(help="what to look for")],
     db: DbOpt = None,
     collection: CollOpt = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            "-w",
+            help="portable filter FIELD=VALUE (also !=, >, >=, <, <=; A|B for any of; JSON); "
+            "repeat to AND, e.g. --where source=a.pdf --where entity:organisation=Acme",
+        ),
+    ] = None,
     filter: Annotated[
-        str | None, typer.Option("--filter", "-f", help="SQL where clause, e.g. \"source = 'a.md'\"")
+        str | None,
+        typer.Option(
+            "--filter",
+            "-f",
+            help="the store's native filter: SQL for LanceDB (\"source = 'a.md'\"), JSON for "
+            "Qdrant (a Filter) and Chroma (a where)",
+        ),
     ] = None,
     rerank: Annotated[str | None, typer.Option("--rerank", help="reranker model for the candidates")] = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", help="how many hits")] = 5,
-    mode: Annotated[str, typer.Option("--mode", help="hybrid (default), dense or text")] = "hybrid",
+    mode: Annotated[
+        str, typer.Option("--mode", help="hybrid (default), dense, text, sparse or multivector")
+    ] = "hybrid",
     url: UrlOpt = None,
+    state: StateOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per hit")] = False,
 ) -> None:
-    """Search an ingested collection: hybrid full-text + vector (reciprocal-rank fused) by default."""
-    from engine.errors import ShoalError
-    from pipeline.config import ConfigError
-    from pipeline.search import search_async
+    """Search an ingested collection in any store: hybrid keyword + vector (fused) by default.
 
-    if mode not in ("hybrid", "dense", "text"):
-        raise typer.BadParameter("mode must be hybrid, dense or text")
+    Exit code 1 (one line, no traceback) on a bad filter, an unknown field or collection, or a store error.
+    """
+    from pipeline.search import MODES, search_async
+
+    if mode not in MODES:
+        raise typer.BadParameter(f"mode must be one of {', '.join(MODES)}")
     client = None
     if url:
         from engine.client import AsyncClient
@@ -193,16 +236,12 @@ def search_command(
     try:
         hits = asyncio.run(
             search_async(
-                query, db=db or DEFAULT_DB, collection=collection or "chunks", top_k=top_k, where=filter,
-                mode=mode, rerank=rerank, client=client,  # type: ignore[arg-type]
+                query, db=db or DEFAULT_DB, collection=collection, top_k=top_k, where=where or None,
+                filter=filter, mode=mode, rerank=rerank, client=client, state=state,  # type: ignore[arg-type]
             )
         )  # fmt: skip
-    except (ConfigError, ShoalError) as e:
+    except _expected_errors() as e:
         raise _fail(e) from None
-    except Exception as e:
-        if type(e).__name__ == "StoreError":
-            raise _fail(e) from None
-        raise
     if as_json:
         for h in hits:
             print(json.dumps({"id": h.id, "score": h.score, "text": h.text, **h.metadata}, default=str))
@@ -227,22 +266,33 @@ def reindex_command(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print each summary as JSON")] = False,
+    state: StateOpt = None,
 ) -> None:
-    """Re-run ingest over every root recorded in the store's manifest (for cron); --watch follows changes."""
-    from connectors.base import open_store
-    from pipeline.config import ConfigError, PipelineConfig
+    """Re-run ingest over every root recorded in the store's manifest (for cron); --watch follows changes.
+
+    With a server store the manifest lives in the store itself, so a job with no volume reindexes incrementally.
+    """
+    from connectors.registry import open_store
+    from pipeline.config import PipelineConfig
     from pipeline.run import manifest_for
 
     uri = db or DEFAULT_DB
-    manifest = manifest_for(open_store(uri), PipelineConfig(db=uri))
     try:
-        roots = manifest.roots(collection)
-    finally:
-        manifest.close()
+        store = open_store(uri)
+        try:
+            manifest = manifest_for(store, state)
+            try:
+                roots = manifest.roots(collection)
+            finally:
+                manifest.close()
+        finally:
+            store.close()
+    except _expected_errors() as e:
+        raise _fail(e) from None
     if not roots:
         console.print(f"[yellow]nothing recorded in {uri}: run `shoal ingest PATH` first[/yellow]")
         raise typer.Exit(1)
-    jobs = [(Path(r), PipelineConfig.model_validate({**c, "db": uri})) for _, r, c in roots]
+    jobs = [(Path(r), PipelineConfig.model_validate({**c, "db": uri, "state": state})) for _, r, c in roots]
     try:
         if not watch:
             raise typer.Exit(asyncio.run(_ingest_roots(jobs, quiet, as_json)))
@@ -260,5 +310,5 @@ def reindex_command(
             todo = [(r, c) for r, c in jobs if any(r == t or r in t.parents for t in touched)]
             if todo:
                 asyncio.run(_ingest_roots(todo, quiet, as_json))
-    except ConfigError as e:
+    except _expected_errors() as e:
         raise _fail(e) from None

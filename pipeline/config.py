@@ -92,8 +92,13 @@ class PipelineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    db: str = DEFAULT_DB
+    db: str = Field(default=DEFAULT_DB, description="store URL; a server URL may name the collection")
     collection: str = Field(default="chunks", pattern=r"^[A-Za-z0-9_\-]+$")
+    state: str | None = Field(
+        default=None,
+        description="where the ingest manifest lives: a folder (SQLite) or 'store' (a side collection in the "
+        "store); default: the store's folder for embedded stores, the store itself for servers",
+    )
     source: SourceConfig = Field(default_factory=SourceConfig)
     chunking: ChunkConfig = Field(default_factory=ChunkConfig)
     steps: list[Step] = Field(default_factory=lambda: [Step(kind="dense", model=DEFAULT_MODEL)])
@@ -104,6 +109,17 @@ class PipelineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> PipelineConfig:
+        from connectors.base import StoreError
+        from connectors.registry import url_collection
+
+        try:
+            named = url_collection(self.db)
+        except StoreError:
+            named = None  # opening the store reports a bad URL, with its own code
+        if named and "collection" in self.model_fields_set and self.collection != named:
+            raise ValueError(f"db names collection {named!r} but collection is {self.collection!r}")
+        if named:
+            self.collection = named
         kinds = [s.kind for s in self.steps]
         if kinds.count("dense") != 1:
             raise ValueError("the pipeline needs exactly one dense step (it is what search uses)")

@@ -1,4 +1,8 @@
-"""The ingest manifest (SQLite in the store's data dir): per source its hash, fingerprint, chunk ids, status."""
+"""The ingest manifest in SQLite (a local folder): per source its hash, fingerprint, chunk ids, status.
+
+Embedded stores keep it in their own folder; `pipeline/manifest_store.py` keeps the same records inside a
+server store for jobs without a volume.
+"""
 
 from __future__ import annotations
 
@@ -105,6 +109,23 @@ class Manifest:
         return {
             r[0]: SourceRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5]), r[6], r[7]) for r in rows
         }
+
+    def sources_for(self, collection: str, paths: list[str]) -> dict[str, SourceRecord]:
+        """The records of some sources (by absolute path); missing ones are left out."""
+        out: dict[str, SourceRecord] = {}
+        sql = "SELECT path, rel, content_hash, fingerprint, chunk_ids, pending_ids, status, error FROM sources"
+        for i in range(0, len(paths), 500):
+            part = paths[i : i + 500]
+            rows = self._rows(
+                sql + f" WHERE collection = ? AND path IN ({', '.join('?' * len(part))})", (collection, *part)
+            )
+            out.update(
+                {
+                    r[0]: SourceRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5]), r[6], r[7])
+                    for r in rows
+                }
+            )
+        return out
 
     def add_pending(self, collection: str, root: str, items: list[tuple[str, str, list[str]]]) -> None:
         """Before a write: remember the ids about to land, so a crash leaves no orphan behind."""

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from connectors.base import CollectionSpec, VectorStore, open_store, quote
+from connectors.base import CollectionSpec, StoreError, VectorStore
+from connectors.filters import Cond
+from connectors.registry import open_store
 from engine.errors import ShoalError
 from pipeline.chunking import Chunk, Chunker
 from pipeline.config import ConfigError, PipelineConfig, load_config
 from pipeline.enrich import Enricher
-from pipeline.manifest import Manifest
+from pipeline.manifest import Manifest, SourceRecord
 from pipeline.parsers import Document, ParseError, parse
 from pipeline.sources import SourceError, SourceFile, read_source, walk
 from pipeline.summary import FileIssue, IngestSummary, StageClock
@@ -37,9 +40,38 @@ class _Done:
     columns: list[dict[str, Any]] = field(default_factory=list)
 
 
-def manifest_for(store: VectorStore, cfg: PipelineConfig) -> Manifest:
-    state = store.state_dir() or Path("./shoal-data").resolve()
-    return Manifest(state / "manifest.sqlite")
+class ManifestLike(Protocol):
+    """What a run needs of its manifest: SQLite in a folder (`Manifest`) or records in the store."""
+
+    def lock(self) -> None: ...
+    def close(self) -> None: ...
+    def sources(self, collection: str, root: str | None = None) -> dict[str, SourceRecord]: ...
+    def sources_for(self, collection: str, paths: list[str]) -> dict[str, SourceRecord]: ...
+    def add_pending(self, collection: str, root: str, items: list[tuple[str, str, list[str]]]) -> None: ...
+    def commit(self, collection: str, items: list[dict[str, Any]]) -> None: ...
+    def fail(self, collection: str, root: str, path: str, rel: str, content_hash: str | None, reason: str) -> None: ...
+    def remove(self, collection: str, paths: list[str]) -> None: ...
+    def record_root(self, collection: str, root: str, config: dict[str, Any], db: str) -> None: ...
+    def roots(self, collection: str | None = None) -> list[tuple[str, str, dict[str, Any]]]: ...
+    def collection_config(self, collection: str) -> dict[str, Any] | None: ...
+    def record_run(self, collection: str, root: str, started: float, status: str, summary: dict[str, Any]) -> None: ...
+
+
+def manifest_for(store: VectorStore, state: str | None = None) -> ManifestLike:
+    """The manifest of a store: SQLite in `state` (a folder) or in the store's own folder when it has one,
+    else (or with state="store") documents in the store's side collection, so a job with no volume works."""
+    if state is None and store.state_dir() is None:
+        state = "store"
+    if state == "store":
+        from pipeline.manifest_store import StoreManifest
+
+        return StoreManifest(store.state_table(), store.uri)
+    folder = Path(state).expanduser().resolve() if state else store.state_dir()
+    assert folder is not None
+    try:
+        return Manifest(folder / "manifest.sqlite")
+    except (OSError, sqlite3.Error) as e:
+        raise StoreError(f"cannot keep the ingest manifest in {folder}: {e}", code="STORE_UNAVAILABLE") from None
 
 
 def open_client(cfg: PipelineConfig) -> Any:
@@ -60,7 +92,11 @@ class IngestRun:
         self.root = root.expanduser().resolve()
         self.cfg = cfg
         self.store = open_store(cfg.db)
-        self.manifest = manifest_for(self.store, cfg)
+        try:
+            self.manifest = manifest_for(self.store, cfg.state)
+        except BaseException:
+            self.store.close()
+            raise
         self.enricher = Enricher(client, cfg)
         self.progress = progress
         self.s = IngestSummary(root=str(self.root), db=cfg.db, collection=cfg.collection)
@@ -92,8 +128,13 @@ class IngestRun:
 
     async def run(self) -> IngestSummary:
         started = time.time()
-        await self.prepare()
-        self.manifest.lock()
+        try:
+            await self.prepare()
+            self.manifest.lock()
+        except BaseException:
+            self.manifest.close()
+            self.store.close()
+            raise
         finished = False
         try:
             self.manifest.record_root(self.coll, str(self.root), self.cfg.model_dump(mode="json"), self.cfg.db)
@@ -106,6 +147,7 @@ class IngestRun:
             status = ("ok" if self.s.ok else "partial") if finished else "failed"  # an aborted run is never "ok"
             self.manifest.record_run(self.coll, str(self.root), started, status, self.s.model_dump())
             self.manifest.close()
+            self.store.close()
         return self.s
 
     async def _run(self) -> None:
@@ -244,7 +286,7 @@ class IngestRun:
             if rec is not None:
                 new = {c.id for c in d.chunks}
                 stale += [i for i in dict.fromkeys(rec.chunk_ids + rec.pending_ids) if i not in new]
-        pending_now = self.manifest.sources(self.coll, root)
+        pending_now = self.manifest.sources_for(self.coll, [str(d.file.path) for d in batch])
         for d in batch:  # ids a crashed earlier attempt left pending are stale too
             new = {c.id for c in d.chunks}
             stale += [i for i in pending_now[str(d.file.path)].pending_ids if i not in new and i not in stale]
@@ -272,7 +314,7 @@ class IngestRun:
         self.manifest.remove(self.coll, [r.path for r in gone])
         self.s.files_deleted = len(gone)
         claimed = {i for p, r in records.items() if p in present for i in r.chunk_ids}
-        orphans = self.store.ids_where(self.coll, f"root = {quote(root)}") - claimed
+        orphans = self.store.ids_where(self.coll, Cond("root", "eq", root)) - claimed
         self.s.orphans_removed += self.store.delete(self.coll, sorted(orphans))
 
 

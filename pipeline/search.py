@@ -1,4 +1,5 @@
-"""Search a collection: embed the query with the model it was ingested with, hybrid (RRF) by default."""
+"""Search a collection in any store: embed the query as it was ingested, retrieve (hybrid where the store
+can), filter by the portable `where` and/or the store's native filter, optionally rerank with a cross-encoder."""
 
 from __future__ import annotations
 
@@ -7,61 +8,114 @@ from typing import Any
 
 import numpy as np
 
-from connectors.base import Hit, SearchMode, SearchRequest, open_store
+from connectors.base import Hit, SearchMode, SearchRequest, StoreError, VectorStore
+from connectors.filters import FilterError, check_fields, parse
+from connectors.registry import open_store, url_collection
 from pipeline.config import DEFAULT_DB, ConfigError, PipelineConfig
 from pipeline.enrich import Enricher
 from pipeline.run import manifest_for, open_client
 
+MODES = ("hybrid", "dense", "text", "sparse", "multivector")
 
-def collection_config(db: str, collection: str) -> PipelineConfig:
-    """The config a collection was last ingested with (its dense model and options)."""
-    store = open_store(db)
-    manifest = manifest_for(store, PipelineConfig(db=db))
+
+def collection_config(store: VectorStore, collection: str, state: str | None = None) -> PipelineConfig:
+    """The config a collection was last ingested with (its models, steps and entity labels)."""
+    manifest = manifest_for(store, state)
     try:
         saved = manifest.collection_config(collection)
     finally:
         manifest.close()
     if saved is None:
-        raise ConfigError(f"no collection {collection!r} has been ingested into {db}; run `shoal ingest PATH` first")
-    return PipelineConfig.model_validate({**saved, "db": db})
+        raise ConfigError(
+            f"no collection {collection!r} has been ingested into {store.uri}; run `shoal ingest PATH` first"
+        )
+    return PipelineConfig.model_validate({**saved, "db": store.uri, "collection": collection})
+
+
+def check_where(cfg: PipelineConfig, where: Any) -> Any:
+    """The portable filter, its fields checked against what the collection holds (fails fast when unknown)."""
+    flt = parse(where)
+    entities = cfg.step("entities")
+    check_fields(flt, entities.labels if entities else None, classes=cfg.step("classify") is not None)
+    return flt
 
 
 async def search_async(
     query: str,
     *,
     db: str = DEFAULT_DB,
-    collection: str = "chunks",
+    collection: str | None = None,
     top_k: int = 10,
-    where: str | None = None,
+    where: Any = None,
+    filter: Any = None,
     mode: SearchMode = "hybrid",
     rerank: str | None = None,
     client: Any = None,
+    state: str | None = None,
 ) -> list[Hit]:
-    """Top hits for a query; `rerank` names a cross-encoder that reorders a wider candidate set."""
-    cfg = collection_config(db, collection)
+    """Top hits for a query.
+
+    `where` is the portable filter ("source=a.pdf", a list of such strings, a JSON-style dict or a Filter);
+    `filter` is the store's native one (SQL for LanceDB, a Qdrant Filter or dict, a Chroma `where` dict).
+    `rerank` names a cross-encoder that reorders a wider candidate set through the engine.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
+    coll = collection or url_collection(db) or "chunks"
     store = open_store(db)
-    owned = client is None
-    client = client if client is not None else open_client(cfg)
-    enricher = Enricher(client, cfg)
     try:
-        if rerank:
-            await check_reranker(enricher, rerank)
-        want = max(top_k * 3, 30) if rerank else top_k
-        vector = None
-        if mode != "text":
-            step = cfg.dense
-            r = await enricher.call("encode", step.model, query, is_query=True, options=step.options or None)
-            vector = np.asarray(r["dense"], dtype=np.float32)
-        if mode == "hybrid" and not store.supports_hybrid:
-            mode = "dense"
-        req = SearchRequest(vector=vector, text=query, where=where, mode=mode, top_k=want)
-        hits = await asyncio.to_thread(store.search, collection, req)
-        if rerank and hits:
-            hits = await rerank_hits(enricher, rerank, query, hits)
-        return hits[:top_k]
+        cfg = collection_config(store, coll, state)
+        flt = check_where(cfg, where)
+        owned = client is None
+        client = client if client is not None else open_client(cfg)
+        try:
+            return await _search(store, cfg, coll, client, query, flt, filter, mode, top_k, rerank)
+        finally:
+            if owned:
+                await client.close()
     finally:
-        if owned:
-            await client.close()
+        store.close()
+
+
+async def _search(
+    store: VectorStore, cfg: PipelineConfig, coll: str, client: Any, query: str, flt: Any, native: Any,
+    mode: SearchMode, top_k: int, rerank: str | None,
+) -> list[Hit]:  # fmt: skip
+    caps = store.capabilities
+    enricher = Enricher(client, cfg)
+    if rerank:
+        await check_reranker(enricher, rerank)
+    if mode == "text" and not caps.text:
+        raise StoreError(f"{store.uri} has no keyword search; use --mode dense", code="UNSUPPORTED")
+    if mode == "hybrid" and not caps.hybrid:
+        mode = "dense"
+    req = SearchRequest(text=query, where=flt, native=native, mode=mode, top_k=max(top_k * 3, 30) if rerank else top_k)
+    if mode in ("hybrid", "dense"):
+        req.vector = await _encode(enricher, cfg.dense.model, query, "dense", cfg.dense.options)
+    sparse, colbert = cfg.step("sparse"), cfg.step("multivector")
+    if mode == "sparse" and not (sparse and caps.sparse_search):
+        raise ConfigError(
+            f"sparse search needs a collection with a sparse step in a store that searches it ({store.uri})"
+        )
+    if sparse and caps.sparse_search and mode in ("hybrid", "sparse"):
+        r = await enricher.call("encode", sparse.model, query, output_types=["sparse"], is_query=True, options=sparse.options or None)  # fmt: skip
+        req.sparse = {"indices": [int(i) for i in r["sparse"]["indices"]], "values": [float(v) for v in r["sparse"]["values"]]}  # fmt: skip
+    if mode == "multivector" and not (colbert and caps.multivector):
+        raise ConfigError(f"multivector search needs a collection with a multivector step ({store.uri})")
+    if colbert and caps.multivector and mode in ("hybrid", "multivector"):
+        req.multivector = await _encode(enricher, colbert.model, query, "multivector", colbert.options)
+    try:
+        hits = await asyncio.to_thread(store.search, coll, req)
+    except FilterError as e:
+        raise StoreError(e.message, code=e.code) from None
+    if rerank and hits:
+        hits = await rerank_hits(enricher, rerank, query, hits)
+    return hits[:top_k]
+
+
+async def _encode(enricher: Enricher, model: str, query: str, output: str, options: dict[str, Any]) -> np.ndarray:
+    r = await enricher.call("encode", model, query, output_types=[output], is_query=True, options=options or None)
+    return np.asarray(r[output], dtype=np.float32)
 
 
 async def check_reranker(enricher: Enricher, model: str) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.base import open_store
+from connectors import open_store
 from tests.corpus import make_corpus
 
 N_DOCS = 48

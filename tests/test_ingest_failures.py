@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import shoal
-from connectors.base import open_store
+from connectors import open_store
 from pipeline import ingest
 from pipeline.config import PipelineConfig
 from pipeline.manifest import Manifest

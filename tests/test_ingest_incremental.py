@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import shoal
-from connectors.base import open_store
+from connectors import open_store
 from pipeline import ingest, search
 from pipeline.config import ChunkConfig, ConfigError, PipelineConfig, Step
 from pipeline.manifest import Manifest
@@ -75,7 +75,7 @@ def test_ingest_then_search_finds_known_sentences(tmp_path: Path, engine) -> Non
             assert hits[0].metadata["heading_path"][-1] == "Details"
     pdf_hit = search(KNOWN["manual.pdf"], db=cfg.db, top_k=1, mode="dense", client=engine)[0]
     assert pdf_hit.metadata["pages"] and pdf_hit.metadata["kind"] == "pdf"
-    only_md = search(KNOWN["plain.txt"], db=cfg.db, top_k=5, where="source = 'notes.md'", client=engine)
+    only_md = search(KNOWN["plain.txt"], db=cfg.db, top_k=5, where="source=notes.md", client=engine)
     assert only_md and all(h.metadata["source"] == "notes.md" for h in only_md)
 
 

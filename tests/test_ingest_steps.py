@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import shoal
-from connectors.base import open_store
+from connectors import open_store
 from pipeline import ingest, search
 from pipeline.config import PipelineConfig, Step
 from tests.corpus import write_doc

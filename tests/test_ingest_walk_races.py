@@ -187,7 +187,7 @@ class SwapAfterWalk:
 @pytest.mark.timeout(240)
 def test_bad_entries_and_races_fail_alone_in_a_complete_run(tmp_path: Path, outside: Path) -> None:
     import shoal
-    from connectors.base import open_store
+    from connectors import open_store
     from pipeline import PipelineConfig, ingest
 
     root = tmp_path / "root"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.base import open_store
+from connectors import open_store
 from tests.corpus import write_doc
 
 

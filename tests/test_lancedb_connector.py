@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from connectors.base import CollectionSpec, Hit, SearchRequest, StoreError, open_store
+from connectors import CollectionSpec, Hit, SearchRequest, StoreError, open_store
+from connectors.filters import parse
 from connectors.lancedb import LanceDBStore, rrf_fuse
 
 DIM = 8
@@ -40,7 +41,7 @@ def test_upsert_is_idempotent_and_replaces(store: LanceDBStore) -> None:
     assert store.count("c") == 5
     assert {r["id"]: r["text"] for r in store.rows("c", ["id", "text"])}["id-2"] == "changed text"
     assert store.delete("c", ["id-1", "id-3", "missing"]) == 2
-    assert store.ids_where("c", "root = '/r'") == {"id-0", "id-2", "id-4"}
+    assert store.ids_where("c", parse("root=/r")) == {"id-0", "id-2", "id-4"}
 
 
 def test_dense_search_with_filters_and_entities(store: LanceDBStore) -> None:
@@ -55,11 +56,11 @@ def test_dense_search_with_filters_and_entities(store: LanceDBStore) -> None:
     hits = store.search("c", SearchRequest(vector=unit(1), mode="dense", top_k=3))
     assert hits[0].id == "id-1" and hits[0].score == pytest.approx(1.0, abs=1e-5)
     assert hits[0].metadata["entities"] == {"org": ["Beta Ltd"], "person": ["Ann"]}
-    hits = store.search("c", SearchRequest(vector=unit(1), where="source = 'a.md'", mode="dense", top_k=3))
+    hits = store.search("c", SearchRequest(vector=unit(1), native="source = 'a.md'", mode="dense", top_k=3))
     assert [h.id for h in hits] == ["id-0"]
-    hits = store.search("c", SearchRequest(vector=unit(0), where="array_has(entity_tags, 'person:Ann')", mode="dense"))
+    hits = store.search("c", SearchRequest(vector=unit(0), where=parse("entity:person=Ann"), mode="dense"))
     assert [h.id for h in hits] == ["id-1"]
-    hits = store.search("c", SearchRequest(vector=unit(0), where="array_has(map_extract(entities, 'org')[1], 'Acme')"))
+    hits = store.search("c", SearchRequest(vector=unit(0), native="array_has(map_extract(entities, 'org')[1], 'Acme')"))
     assert [h.id for h in hits] == ["id-0"]
 
 
@@ -93,10 +94,10 @@ def test_schema_mismatch_and_unknown_store(tmp_path: Path, store: LanceDBStore) 
     other = open_store(str(tmp_path / "db"))
     with pytest.raises(StoreError, match="another layout"):
         other.ensure_collection(CollectionSpec("c", DIM * 2))
-    with pytest.raises(StoreError, match="no connector"):
-        open_store("qdrant://localhost:6333")
+    with pytest.raises(StoreError, match="unknown store"):
+        open_store("mongo://localhost:27017/x")
     with pytest.raises(StoreError, match="sparse"):
-        store.search("c", SearchRequest(sparse={"indices": [1], "values": [1.0]}))
+        store.search("c", SearchRequest(sparse={"indices": [1], "values": [1.0]}, mode="sparse"))
 
 
 def test_multivector_and_sparse_columns(tmp_path: Path) -> None:

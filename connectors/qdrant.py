@@ -1,0 +1,386 @@
+"""Qdrant connector (server or local mode): named dense/sparse/colbert vectors, Query API hybrid with RRF.
+
+Vectors per point: `dense` (cosine), `lexical` (BM25 term weights computed locally, IDF applied by Qdrant),
+`sparse` (a SPLADE step's output, IDF-free) and `colbert` (multivector, MaxSim; no HNSW graph, it only
+reranks). Hybrid prefetches dense, lexical and sparse, fuses them by RRF, then reranks with `colbert`
+when the query has token vectors.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qdrant_client import QdrantClient, models
+
+from connectors import lexical
+from connectors.base import (
+    STATE_PREFIX,
+    Capabilities,
+    CollectionSpec,
+    Hit,
+    SearchRequest,
+    SourceCount,
+    StoreError,
+    check_spec,
+    point_id,
+    source_counts,
+)
+from connectors.filters import ENTITY, And, Cond, Filter, Or, entity_tag
+from connectors.registry import StoreURL, parse_url
+
+BATCH = 256
+KEYWORD_INDEXES = ("id", "source", "root", "kind", "entity_tags", "classes", "heading_path")
+INTEGER_INDEXES = ("chunk_index", "pages")
+VECTOR_KEYS = ("vector", "multivector", "sparse")
+
+_LOCAL: dict[str, list[Any]] = {}  # path -> [client, users]: local mode allows one client per folder
+_LOCAL_MU = threading.Lock()
+
+
+class QdrantStore:
+    """`qdrant://HOST:PORT/COLLECTION[?api_key=K&https=1&grpc=1]` or `qdrant+local://PATH` (local mode)."""
+
+    capabilities = Capabilities(sparse=True, sparse_search=True, multivector=True, text=True, hybrid=True)
+
+    def __init__(self, url: StoreURL | str) -> None:
+        url = parse_url(url) if isinstance(url, str) else url
+        self.uri, self.url = url.uri, url
+        self.path = Path(url.path).expanduser().resolve() if url.local and url.path else None
+        if self.path is not None:
+            self.client = _open_local(self.path)
+        else:
+            self.client = QdrantClient(
+                host=url.host, port=url.port or 6333, grpc_port=int(url.params.get("grpc_port", 6334)),
+                prefer_grpc=url.flag("grpc"), https=url.flag("https"), api_key=url.params.get("api_key"),
+                timeout=int(url.params.get("timeout", 30)), check_compatibility=False,
+            )  # fmt: skip
+            try:
+                self.client.get_collections()
+            except Exception as e:  # noqa: BLE001 - any failure to talk to the server is "unreachable"
+                raise StoreError(
+                    f"cannot reach Qdrant at {url.host}:{url.port or 6333}: {type(e).__name__}: {str(e)[:200]}",
+                    code="STORE_UNREACHABLE",
+                ) from None
+        self._layouts: dict[str, dict[str, Any]] = {}
+
+    def state_dir(self) -> Path | None:
+        return self.path
+
+    def state_table(self) -> QdrantState:
+        return QdrantState(self.client)
+
+    def close(self) -> None:
+        if self.path is not None:
+            _close_local(self.path)
+        else:
+            self.client.close()
+
+    # -- collections ---------------------------------------------------------------------------------
+
+    def _layout(self, name: str) -> dict[str, Any]:
+        if name not in self._layouts:
+            if not self.client.collection_exists(name):
+                raise StoreError(f"no collection {name!r} in {self.uri}", code="NO_COLLECTION")
+            params = self.client.get_collection(name).config.params
+            vectors = params.vectors if isinstance(params.vectors, dict) else {}
+            sparse = params.sparse_vectors or {}
+            self._layouts[name] = {
+                "dense": vectors["dense"].size if "dense" in vectors else None,
+                "colbert": vectors["colbert"].size if "colbert" in vectors else None,
+                "sparse": "sparse" in sparse,
+                "lexical": "lexical" in sparse,
+            }
+        return self._layouts[name]
+
+    def ensure_collection(self, spec: CollectionSpec) -> None:
+        check_spec(self.uri, self.capabilities, spec)
+        want = {"dense": spec.dense_dim, "colbert": spec.multivector_dim, "sparse": spec.sparse, "lexical": True}
+        if self.client.collection_exists(spec.name):
+            have = self._layout(spec.name)
+            if have != want:
+                raise StoreError(
+                    f"collection {spec.name!r} in {self.uri} was built with another layout ({_describe(have)}), "
+                    f"this config needs ({_describe(want)}); use another --collection or remove the old one",
+                    code="SCHEMA_MISMATCH",
+                )
+            return
+        vectors = {"dense": models.VectorParams(size=spec.dense_dim, distance=models.Distance.COSINE)}
+        if spec.multivector_dim:
+            vectors["colbert"] = models.VectorParams(
+                size=spec.multivector_dim, distance=models.Distance.COSINE, hnsw_config=models.HnswConfigDiff(m=0),
+                multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
+            )  # fmt: skip
+        sparse = {"lexical": models.SparseVectorParams(modifier=models.Modifier.IDF)}
+        if spec.sparse:
+            sparse["sparse"] = models.SparseVectorParams()
+        self.client.create_collection(spec.name, vectors_config=vectors, sparse_vectors_config=sparse)
+        with warnings.catch_warnings():  # local mode warns that payload indexes have no effect there
+            warnings.simplefilter("ignore")
+            for key in KEYWORD_INDEXES:
+                self.client.create_payload_index(spec.name, key, models.PayloadSchemaType.KEYWORD)
+            for key in INTEGER_INDEXES:
+                self.client.create_payload_index(spec.name, key, models.PayloadSchemaType.INTEGER)
+        self._layouts[spec.name] = want
+
+    def list_collections(self) -> list[str]:
+        names = [c.name for c in self.client.get_collections().collections]
+        return sorted(n for n in names if not n.startswith(STATE_PREFIX))
+
+    def drop_collection(self, name: str) -> bool:
+        self._layouts.pop(name, None)
+        if not self.client.collection_exists(name):
+            return False
+        self.client.delete_collection(name)
+        return True
+
+    # -- writes --------------------------------------------------------------------------------------
+
+    def upsert(self, collection: str, rows: list[dict[str, Any]]) -> int:
+        layout = self._layout(collection)
+        for i in range(0, len(rows), BATCH):
+            points = [_point(r, layout) for r in rows[i : i + BATCH]]
+            self.client.upsert(collection, points=points, wait=True)
+        return len(rows)
+
+    def delete(self, collection: str, ids: list[str]) -> int:
+        removed = 0
+        for i in range(0, len(ids), 1000):
+            pids = [point_id(x) for x in ids[i : i + 1000]]
+            removed += len(self.client.retrieve(collection, pids, with_payload=False, with_vectors=False))
+            self.client.delete(collection, points_selector=models.PointIdsList(points=pids), wait=True)
+        return removed
+
+    def delete_where(self, collection: str, where: Filter) -> int:
+        flt = to_qdrant(where)
+        n = self.client.count(collection, count_filter=flt, exact=True).count
+        self.client.delete(collection, points_selector=models.FilterSelector(filter=flt), wait=True)
+        return n
+
+    # -- reads ---------------------------------------------------------------------------------------
+
+    def _scroll(self, collection: str, flt: models.Filter | None, payload: Any) -> list[Any]:
+        out, offset = [], None
+        while True:
+            points, offset = self.client.scroll(
+                collection, scroll_filter=flt, limit=1000, offset=offset, with_payload=payload, with_vectors=False
+            )
+            out += points
+            if offset is None:
+                return out
+
+    def ids_where(self, collection: str, where: Filter) -> set[str]:
+        return {p.payload["id"] for p in self._scroll(collection, to_qdrant(where), ["id"])}
+
+    def count(self, collection: str, where: Filter | None = None) -> int:
+        self._layout(collection)
+        flt = to_qdrant(where) if where is not None else None
+        return self.client.count(collection, count_filter=flt, exact=True).count
+
+    def sources(self, collection: str) -> list[SourceCount]:
+        points = self._scroll(collection, None, ["root", "source"])
+        return source_counts([(p.payload.get("root") or "", p.payload.get("source") or "") for p in points])
+
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+        payload: Any = ["id", *fields] if fields else True
+        points = self._scroll(collection, None, payload)
+        return [dict(p.payload or {}) for p in points]
+
+    def search(self, collection: str, request: SearchRequest) -> list[Hit]:
+        layout = self._layout(collection)
+        flt = _combined_filter(request)
+        k = request.top_k
+        mode = request.mode
+        if mode == "text" or (mode == "hybrid" and request.vector is None and request.text):
+            query, using = _sparse(lexical.query_vector(request.text or "")), "lexical"
+            return self._query(collection, query=query, using=using, query_filter=flt, limit=k)
+        if mode == "sparse":
+            if request.sparse is None or not layout["sparse"]:
+                raise StoreError(
+                    "sparse search needs a sparse query and a collection with a sparse step", "INVALID_QUERY"
+                )
+            return self._query(collection, query=_sparse(request.sparse), using="sparse", query_filter=flt, limit=k)
+        if mode == "multivector":
+            if request.multivector is None or not layout["colbert"]:
+                raise StoreError("multivector search needs token vectors and a collection with them", "INVALID_QUERY")
+            mv = np.asarray(request.multivector, dtype=np.float32).tolist()
+            return self._query(collection, query=mv, using="colbert", query_filter=flt, limit=k)
+        if request.vector is None:
+            raise StoreError(f"{mode} search needs a query vector", code="INVALID_QUERY")
+        dense = np.asarray(request.vector, dtype=np.float32).tolist()
+        if mode == "dense" or not request.text:
+            return self._query(collection, query=dense, using="dense", query_filter=flt, limit=k)
+        wide = 4 * k
+        prefetch = [
+            models.Prefetch(query=dense, using="dense", limit=wide),
+            models.Prefetch(query=_sparse(lexical.query_vector(request.text)), using="lexical", limit=wide),
+        ]
+        if request.sparse is not None and layout["sparse"]:
+            prefetch.append(models.Prefetch(query=_sparse(request.sparse), using="sparse", limit=wide))
+        fused = models.FusionQuery(fusion=models.Fusion.RRF)
+        if request.multivector is not None and layout["colbert"]:
+            mv = np.asarray(request.multivector, dtype=np.float32).tolist()
+            inner = models.Prefetch(prefetch=prefetch, query=fused, limit=wide)
+            return self._query(collection, prefetch=[inner], query=mv, using="colbert", query_filter=flt, limit=k)
+        return self._query(collection, prefetch=prefetch, query=fused, query_filter=flt, limit=k)
+
+    def _query(self, collection: str, **kwargs: Any) -> list[Hit]:
+        try:
+            res = self.client.query_points(collection, with_payload=True, **kwargs)
+        except (ValueError, KeyError) as e:
+            raise StoreError(f"Qdrant search failed: {str(e).splitlines()[0][:300]}", code="SEARCH_FAILED") from None
+        hits = []
+        for p in res.points:
+            meta = dict(p.payload or {})
+            hits.append(
+                Hit(id=meta.pop("id", str(p.id)), score=float(p.score), text=meta.pop("text", ""), metadata=meta)
+            )
+        return hits
+
+    def finalize(self, collection: str, changed: bool = True) -> None:
+        """Qdrant indexes as it goes (HNSW, payload indexes); nothing to do after a run."""
+
+
+def _point(row: dict[str, Any], layout: dict[str, Any]) -> models.PointStruct:
+    payload = {k: v for k, v in row.items() if k not in VECTOR_KEYS and v is not None}
+    vector: dict[str, Any] = {"dense": np.asarray(row["vector"], dtype=np.float32).tolist()}
+    vector["lexical"] = _sparse(lexical.doc_vector(row.get("text") or ""))
+    if layout["sparse"] and row.get("sparse") is not None:
+        vector["sparse"] = _sparse(row["sparse"])
+    if layout["colbert"] and row.get("multivector") is not None:
+        vector["colbert"] = np.asarray(row["multivector"], dtype=np.float32).tolist()
+    return models.PointStruct(id=point_id(row["id"]), vector=vector, payload=payload)
+
+
+def _sparse(sp: dict[str, Any]) -> models.SparseVector:
+    return models.SparseVector(indices=[int(i) for i in sp["indices"]], values=[float(v) for v in sp["values"]])
+
+
+def to_qdrant(f: Filter) -> models.Filter:
+    """A portable filter as Qdrant conditions (must / should / must_not)."""
+    if isinstance(f, And):
+        return models.Filter(must=[to_qdrant(x) for x in f.items])
+    if isinstance(f, Or):
+        return models.Filter(should=[to_qdrant(x) for x in f.items])
+    return _cond(f)
+
+
+def _cond(c: Cond) -> models.Filter:
+    key, value = c.field, c.value
+    if c.field.startswith(ENTITY):
+        key = "entity_tags"
+        value = [entity_tag(c.field, v) for v in value] if c.op == "in" else entity_tag(c.field, value)
+    if c.op == "in":
+        return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchAny(any=list(value)))])
+    if c.op in ("eq", "ne"):
+        cond = models.FieldCondition(key=key, match=models.MatchValue(value=value))
+        return models.Filter(must=[cond]) if c.op == "eq" else models.Filter(must_not=[cond])
+    rng = models.Range(**{c.op: value})
+    return models.Filter(must=[models.FieldCondition(key=key, range=rng)])
+
+
+def _combined_filter(request: SearchRequest) -> models.Filter | None:
+    parts = [to_qdrant(request.where)] if request.where is not None else []
+    if request.native is not None:
+        try:
+            native = request.native if isinstance(request.native, models.Filter) else _native(request.native)
+        except ValueError as e:
+            msg = str(e).splitlines()
+            raise StoreError(f"not a Qdrant filter: {' '.join(msg[:3])[:300]}", code="INVALID_FILTER") from None
+        parts.append(native)
+    return None if not parts else parts[0] if len(parts) == 1 else models.Filter(must=parts)
+
+
+def _native(raw: Any) -> models.Filter:
+    return models.Filter.model_validate(json.loads(raw) if isinstance(raw, str) else raw)
+
+
+def _describe(layout: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in layout.items())
+
+
+def _open_local(path: Path) -> QdrantClient:
+    with _LOCAL_MU:
+        entry = _LOCAL.get(str(path))
+        if entry is None:
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                entry = _LOCAL[str(path)] = [QdrantClient(path=str(path)), 0]
+            except OSError as e:
+                raise StoreError(f"cannot open {path}: {e.strerror or e}", "STORE_UNAVAILABLE") from None
+            except RuntimeError as e:
+                if "already accessed" in str(e):
+                    raise StoreError(f"another process has {path} open (Qdrant local mode)", "STORE_LOCKED") from None
+                raise
+        entry[1] += 1
+        return entry[0]
+
+
+@atexit.register
+def _close_all_local() -> None:
+    """Close local-mode clients before the interpreter tears down (their finaliser fails late in shutdown)."""
+    with _LOCAL_MU:
+        for client, _ in _LOCAL.values():
+            client.close()
+        _LOCAL.clear()
+
+
+def _close_local(path: Path) -> None:
+    with _LOCAL_MU:
+        entry = _LOCAL.get(str(path))
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                entry[0].close()
+                del _LOCAL[str(path)]
+
+
+class QdrantState:
+    """The pipeline's state as points (no vectors) of the `shoal_state` collection."""
+
+    def __init__(self, client: QdrantClient) -> None:
+        self.client = client
+        if not client.collection_exists(STATE_PREFIX):
+            client.create_collection(STATE_PREFIX, vectors_config={})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for key in ("kind", "collection", "root"):
+                    client.create_payload_index(STATE_PREFIX, key, models.PayloadSchemaType.KEYWORD)
+
+    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        got = self.client.retrieve(STATE_PREFIX, [point_id(k) for k in keys], with_payload=True) if keys else []
+        return {p.payload["key"]: json.loads(p.payload["doc"]) for p in got}
+
+    def put(self, records: dict[str, dict[str, Any]]) -> None:
+        points = [
+            models.PointStruct(id=point_id(k), vector={}, payload={
+                "key": k, "kind": d["kind"], "collection": d.get("collection"), "root": d.get("root"),
+                "doc": json.dumps(d, default=str)})
+            for k, d in records.items()
+        ]  # fmt: skip
+        for i in range(0, len(points), BATCH):
+            self.client.upsert(STATE_PREFIX, points=points[i : i + BATCH], wait=True)
+
+    def delete(self, keys: list[str]) -> None:
+        if keys:
+            pids = [point_id(k) for k in keys]
+            self.client.delete(STATE_PREFIX, points_selector=models.PointIdsList(points=pids), wait=True)
+
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]:
+        must = [models.FieldCondition(key="kind", match=models.MatchValue(value=kind))]
+        for key, value in (("collection", collection), ("root", root)):
+            if value is not None:
+                must.append(models.FieldCondition(key=key, match=models.MatchValue(value=value)))
+        out, offset = {}, None
+        while True:
+            points, offset = self.client.scroll(
+                STATE_PREFIX, scroll_filter=models.Filter(must=must), limit=1000, offset=offset, with_payload=True
+            )
+            out.update({p.payload["key"]: json.loads(p.payload["doc"]) for p in points})
+            if offset is None:
+                return out

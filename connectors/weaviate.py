@@ -1,0 +1,321 @@
+"""Weaviate connector (weaviate-client v4): named vectors `dense` and `colbert`, BM25 + vector hybrid.
+
+Chunk ids become deterministic object UUIDs (the chunk id itself is kept in `chunk_id`, as `id` is
+reserved). Metadata are typed properties (exact-match `field` tokenization for filters, `word`
+tokenization for the BM25 text); the entity map is kept as JSON in `entities_json` and filtered through
+`entity_tags`. Writes use the batch importer and fail with the collected per-object errors.
+No Weaviate server runs on the project's machine: the tests for this module run when WEAVIATE_URL is set.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import weaviate
+from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
+from weaviate.classes.init import Auth
+from weaviate.classes.query import Filter as WFilter
+from weaviate.classes.query import HybridFusion, MetadataQuery
+
+from connectors.base import (
+    STATE_PREFIX,
+    Capabilities,
+    CollectionSpec,
+    Hit,
+    SearchRequest,
+    SourceCount,
+    StoreError,
+    check_spec,
+    point_id,
+    source_counts,
+)
+from connectors.filters import ENTITY, And, Cond, Filter, Or, conditions, entity_tag, field_kind, matches
+from connectors.registry import StoreURL, parse_url
+
+BATCH = 200
+_TEXT = {"source", "root", "title", "kind", "doc_hash", "chunk_hash", "chunk_id"}
+_INT = {"chunk_index", "n_tokens", "char_start", "char_end"}
+_ARRAYS = {"heading_path": DataType.TEXT_ARRAY, "classes": DataType.TEXT_ARRAY, "entity_tags": DataType.TEXT_ARRAY}
+
+
+def class_name(name: str) -> str:
+    """Weaviate collection names start with a capital letter and hold letters, digits and `_`."""
+    name = name.replace("-", "_")
+    return name[:1].upper() + name[1:]
+
+
+def chunk_properties() -> list[Property]:
+    field = Tokenization.FIELD
+    props = [Property(name="text", data_type=DataType.TEXT, tokenization=Tokenization.WORD)]
+    props += [Property(name=n, data_type=DataType.TEXT, tokenization=field) for n in sorted(_TEXT)]
+    props += [Property(name=n, data_type=DataType.INT) for n in sorted(_INT)]
+    props += [
+        Property(name="ingested_at", data_type=DataType.NUMBER),
+        Property(name="pages", data_type=DataType.INT_ARRAY),
+    ]
+    props += [Property(name=n, data_type=t, tokenization=field) for n, t in _ARRAYS.items()]
+    props.append(
+        Property(name="entities_json", data_type=DataType.TEXT, index_filterable=False, index_searchable=False)
+    )
+    return props
+
+
+class WeaviateStore:
+    """`weaviate://HOST:PORT/Collection[?grpc_port=50051&api_key=K&https=1]`."""
+
+    capabilities = Capabilities(sparse=False, sparse_search=False, multivector=True, text=True, hybrid=True)
+
+    def __init__(self, url: StoreURL | str) -> None:
+        url = parse_url(url) if isinstance(url, str) else url
+        self.uri = url.uri
+        key = url.params.get("api_key")
+        try:
+            self.client = weaviate.connect_to_custom(
+                http_host=url.host or "localhost", http_port=url.port or 8080, http_secure=url.flag("https"),
+                grpc_host=url.params.get("grpc_host", url.host or "localhost"),
+                grpc_port=int(url.params.get("grpc_port", 50051)), grpc_secure=url.flag("https"),
+                auth_credentials=Auth.api_key(key) if key else None,
+            )  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - WeaviateStartUpError, connection errors, timeouts
+            raise StoreError(
+                f"cannot reach Weaviate at {url.host}:{url.port or 8080}: {str(e)[:200]}", code="STORE_UNREACHABLE"
+            ) from None
+
+    def state_dir(self) -> Path | None:
+        return None
+
+    def state_table(self) -> WeaviateState:
+        return WeaviateState(self.client)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _col(self, name: str) -> Any:
+        if not self.client.collections.exists(class_name(name)):
+            raise StoreError(f"no collection {name!r} in {self.uri}", code="NO_COLLECTION")
+        return self.client.collections.use(class_name(name))
+
+    def ensure_collection(self, spec: CollectionSpec) -> None:
+        check_spec(self.uri, self.capabilities, spec)
+        want = {"shoal_dense_dim": spec.dense_dim, "shoal_colbert_dim": spec.multivector_dim}
+        name = class_name(spec.name)
+        if self.client.collections.exists(name):
+            description = self.client.collections.use(name).config.get().description or "{}"
+            try:
+                have = {k: json.loads(description).get(k) for k in want}
+            except (json.JSONDecodeError, AttributeError):
+                have = {"description": description}
+            if have != want:
+                raise StoreError(
+                    f"collection {name!r} in {self.uri} was built with another layout ({have}), this config needs "
+                    f"({want}); use another --collection or remove the old one",
+                    code="SCHEMA_MISMATCH",
+                )
+            return
+        hnsw = Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE)
+        vectors = [Configure.Vectors.self_provided(name="dense", vector_index_config=hnsw)]
+        if spec.multivector_dim:
+            vectors.append(Configure.MultiVectors.self_provided(name="colbert"))
+        self.client.collections.create(
+            name, description=json.dumps(want), properties=chunk_properties(), vector_config=vectors
+        )
+
+    def list_collections(self) -> list[str]:
+        names = self.client.collections.list_all(simple=True)
+        return sorted(n for n in names if not n.lower().startswith(STATE_PREFIX))
+
+    def drop_collection(self, name: str) -> bool:
+        if not self.client.collections.exists(class_name(name)):
+            return False
+        self.client.collections.delete(class_name(name))
+        return True
+
+    def upsert(self, collection: str, rows: list[dict[str, Any]]) -> int:
+        col = self._col(collection)
+        with col.batch.fixed_size(batch_size=BATCH) as batch:
+            for r in rows:
+                vector = {"dense": np.asarray(r["vector"], dtype=np.float32).tolist()}
+                if r.get("multivector") is not None:
+                    vector["colbert"] = np.asarray(r["multivector"], dtype=np.float32).tolist()
+                batch.add_object(properties=to_properties(r), uuid=point_id(r["id"]), vector=vector)
+        failed = col.batch.failed_objects
+        if failed:
+            raise StoreError(
+                f"Weaviate refused {len(failed)} of {len(rows)} objects; first: {failed[0].message[:300]}",
+                code="WRITE_FAILED",
+            )
+        return len(rows)
+
+    def delete(self, collection: str, ids: list[str]) -> int:
+        col, removed = self._col(collection), 0
+        for i in range(0, len(ids), 1000):
+            uuids = [point_id(x) for x in dict.fromkeys(ids[i : i + 1000])]
+            removed += col.data.delete_many(where=WFilter.by_id().contains_any(uuids)).successful
+        return removed
+
+    def delete_where(self, collection: str, where: Filter) -> int:
+        return self._col(collection).data.delete_many(where=to_weaviate(where)).successful
+
+    def _iterate(self, collection: str, properties: list[str] | None) -> list[dict[str, Any]]:
+        it = self._col(collection).iterator(return_properties=properties)
+        return [from_properties(dict(o.properties)) for o in it]
+
+    def ids_where(self, collection: str, where: Filter) -> set[str]:
+        """Iterates the collection (filtered queries stop at Weaviate's result window; the iterator does not)."""
+        needed = sorted({"entity_tags" if c.field.startswith(ENTITY) else _prop(c.field) for c in conditions(where)})
+        return {r["id"] for r in self._iterate(collection, ["chunk_id", *needed]) if matches(where, r)}
+
+    def count(self, collection: str, where: Filter | None = None) -> int:
+        flt = to_weaviate(where) if where is not None else None
+        return self._col(collection).aggregate.over_all(total_count=True, filters=flt).total_count or 0
+
+    def sources(self, collection: str) -> list[SourceCount]:
+        rows = self._iterate(collection, ["root", "source"])
+        return source_counts([(r.get("root") or "", r.get("source") or "") for r in rows])
+
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+        props = ["chunk_id", *[_prop(f) for f in fields]] if fields else None
+        return self._iterate(collection, props)
+
+    def search(self, collection: str, request: SearchRequest) -> list[Hit]:
+        col, k, flt = self._col(collection), request.top_k, _combined_filter(request)
+        meta = MetadataQuery(score=True, distance=True)
+        if request.mode == "sparse":
+            raise StoreError("Weaviate has no sparse-vector search; use dense, text or hybrid", code="UNSUPPORTED")
+        if request.mode == "text" or request.vector is None and request.mode == "hybrid":
+            res = col.query.bm25(query=request.text or "", query_properties=["text"], limit=k, filters=flt, return_metadata=meta)  # fmt: skip
+            return [_hit(o, o.metadata.score) for o in res.objects]
+        if request.mode == "multivector":
+            if request.multivector is None:
+                raise StoreError("multivector search needs token vectors", code="INVALID_QUERY")
+            mv = np.asarray(request.multivector, dtype=np.float32).tolist()
+            res = col.query.near_vector(near_vector=mv, target_vector="colbert", limit=k, filters=flt, return_metadata=meta)  # fmt: skip
+            return [_hit(o, 1.0 - (o.metadata.distance or 0.0)) for o in res.objects]
+        if request.vector is None:
+            raise StoreError(f"{request.mode} search needs a query vector", code="INVALID_QUERY")
+        vec = np.asarray(request.vector, dtype=np.float32).tolist()
+        if request.mode == "dense" or not request.text:
+            res = col.query.near_vector(near_vector=vec, target_vector="dense", limit=k, filters=flt, return_metadata=meta)  # fmt: skip
+            return [_hit(o, 1.0 - (o.metadata.distance or 0.0)) for o in res.objects]
+        res = col.query.hybrid(
+            query=request.text, vector=vec, target_vector="dense", alpha=0.5, fusion_type=HybridFusion.RANKED,
+            query_properties=["text"], limit=k, filters=flt, return_metadata=meta,
+        )  # fmt: skip
+        return [_hit(o, o.metadata.score) for o in res.objects]
+
+    def finalize(self, collection: str, changed: bool = True) -> None:
+        """Weaviate indexes as it goes; nothing to do after a run."""
+
+
+def _prop(field: str) -> str:
+    return "chunk_id" if field == "id" else field
+
+
+def to_properties(row: dict[str, Any]) -> dict[str, Any]:
+    props = {k: v for k, v in row.items() if k not in ("id", "vector", "multivector", "sparse", "entities")}
+    props = {k: v for k, v in props.items() if v is not None}
+    props["chunk_id"] = row["id"]
+    if row.get("entities") is not None:
+        props["entities_json"] = json.dumps(row["entities"])
+    return props
+
+
+def from_properties(props: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in props.items() if v is not None and k not in ("chunk_id", "entities_json")}
+    out["id"] = props.get("chunk_id")
+    if props.get("entities_json"):
+        out["entities"] = json.loads(props["entities_json"])
+    return out
+
+
+def _hit(obj: Any, score: float | None) -> Hit:
+    meta = from_properties(dict(obj.properties))
+    return Hit(id=meta.pop("id"), score=float(score or 0.0), text=meta.pop("text", ""), metadata=meta)
+
+
+def to_weaviate(f: Filter) -> Any:
+    """A portable filter as Weaviate filter objects."""
+    if isinstance(f, And):
+        return WFilter.all_of([to_weaviate(x) for x in f.items])
+    if isinstance(f, Or):
+        return WFilter.any_of([to_weaviate(x) for x in f.items])
+    return _cond(f)
+
+
+def _cond(c: Cond) -> Any:
+    key, value = _prop(c.field), c.value
+    if c.field.startswith(ENTITY):
+        key = "entity_tags"
+        value = [entity_tag(c.field, v) for v in value] if c.op == "in" else entity_tag(c.field, value)
+    prop = WFilter.by_property(key)
+    if (field_kind(c.field) or "").endswith("_list"):
+        if c.op == "in":
+            return prop.contains_any(list(value))
+        return prop.contains_any([value]) if c.op == "eq" else prop.contains_none([value])
+    if c.op == "in":
+        return prop.contains_any(list(value))
+    return {
+        "eq": prop.equal, "ne": prop.not_equal, "gt": prop.greater_than, "gte": prop.greater_or_equal,
+        "lt": prop.less_than, "lte": prop.less_or_equal,
+    }[c.op](value)  # fmt: skip
+
+
+def _combined_filter(request: SearchRequest) -> Any:
+    parts = [to_weaviate(request.where)] if request.where is not None else []
+    if request.native is not None:
+        if isinstance(request.native, str | dict):
+            raise StoreError(
+                "Weaviate's native filter is a weaviate.classes.query.Filter object (from the SDK); use --where",
+                code="INVALID_FILTER",
+            )
+        parts.append(request.native)
+    return None if not parts else parts[0] if len(parts) == 1 else WFilter.all_of(parts)
+
+
+class WeaviateState:
+    """The pipeline's state as objects (no vectors) of the `Shoal_state` collection."""
+
+    def __init__(self, client: Any) -> None:
+        name = class_name(STATE_PREFIX)
+        if not client.collections.exists(name):
+            field = Tokenization.FIELD
+            props = [Property(name=n, data_type=DataType.TEXT, tokenization=field) for n in ("key", "kind", "collection", "root")]  # fmt: skip
+            props.append(Property(name="doc", data_type=DataType.TEXT, index_filterable=False, index_searchable=False))
+            client.collections.create(name, properties=props, vector_config=Configure.Vectors.self_provided())
+        self.col = client.collections.use(name)
+
+    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(keys), 1000):
+            part = [point_id(k) for k in keys[i : i + 1000]]
+            res = self.col.query.fetch_objects(filters=WFilter.by_id().contains_any(part), limit=len(part))
+            out.update({o.properties["key"]: json.loads(o.properties["doc"]) for o in res.objects})
+        return out
+
+    def put(self, records: dict[str, dict[str, Any]]) -> None:
+        with self.col.batch.fixed_size(batch_size=BATCH) as batch:
+            for k, d in records.items():
+                props = {
+                    "key": k,
+                    "doc": json.dumps(d, default=str),
+                    **{f: d[f] for f in ("kind", "collection", "root") if d.get(f)},
+                }
+                batch.add_object(properties=props, uuid=point_id(k))
+        if self.col.batch.failed_objects:
+            raise StoreError(f"Weaviate refused state: {self.col.batch.failed_objects[0].message}", "WRITE_FAILED")
+
+    def delete(self, keys: list[str]) -> None:
+        for i in range(0, len(keys), 1000):
+            self.col.data.delete_many(where=WFilter.by_id().contains_any([point_id(k) for k in keys[i : i + 1000]]))
+
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]:
+        want = {"kind": kind, "collection": collection, "root": root}
+        out = {}
+        for o in self.col.iterator(return_properties=["key", "kind", "collection", "root", "doc"]):
+            p = o.properties
+            if all(v is None or p.get(f) == v for f, v in want.items()):
+                out[p["key"]] = json.loads(p["doc"])
+        return out

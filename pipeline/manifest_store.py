@@ -1,0 +1,184 @@
+"""The ingest manifest kept inside the vector store itself (a side collection), for jobs with no volume.
+
+Same records and methods as the SQLite `Manifest`, stored as JSON documents in the store's state table
+(`shoal_state`): one per source, root, collection and run. One ingest at a time holds a lease record that
+it renews while it runs; a crashed run's lease expires after `LEASE_S`, then the next run takes over.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from connectors.base import StateTable
+from pipeline.manifest import SourceRecord, StoreLocked
+
+LEASE_S = 30.0
+KEEP_RUNS = 20
+LOCK_KEY = "lock"
+
+
+def _key(kind: str, collection: str, name: str = "") -> str:
+    return f"{kind}:{collection}:{name}"
+
+
+def _record(d: dict[str, Any]) -> SourceRecord:
+    return SourceRecord(
+        d["path"], d["rel"], d.get("content_hash"), d.get("fingerprint"), list(d.get("chunk_ids") or []),
+        list(d.get("pending_ids") or []), d["status"], d.get("error"),
+    )  # fmt: skip
+
+
+class StoreManifest:
+    """The manifest as documents in a store's state table; safe to call from worker threads."""
+
+    def __init__(self, table: StateTable, where: str, lease_s: float = LEASE_S) -> None:
+        self.table = table
+        self.where = where
+        self.lease_s = lease_s
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._mu = threading.RLock()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    # -- lease: one ingest per store at a time ------------------------------------------------------
+
+    def lock(self) -> None:
+        with self._mu:
+            held = self.table.get([LOCK_KEY]).get(LOCK_KEY)
+            now = time.time()
+            if held and held["owner"] != self.owner and held["expires"] > now:
+                raise StoreLocked(
+                    f"another ingest ({held['owner']}) is writing to {self.where}; its lease expires in "
+                    f"{held['expires'] - now:.0f} s if it has stopped"
+                )
+            self._renew()
+            if self.table.get([LOCK_KEY])[LOCK_KEY]["owner"] != self.owner:  # lost a race to another job
+                raise StoreLocked(f"another ingest took the lease of {self.where} at the same moment")
+        self._stop.clear()
+        self._beat = threading.Thread(target=self._heartbeat, name="shoal-manifest-lease", daemon=True)
+        self._beat.start()
+
+    def _renew(self) -> None:
+        doc = {"kind": "lock", "owner": self.owner, "expires": time.time() + self.lease_s}
+        self.table.put({LOCK_KEY: doc})
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            with self._mu:
+                self._renew()
+
+    def unlock(self) -> None:
+        if self._beat is None:
+            return
+        self._stop.set()
+        self._beat.join()
+        self._beat = None
+        with self._mu:
+            held = self.table.get([LOCK_KEY]).get(LOCK_KEY)
+            if held and held["owner"] == self.owner:
+                self.table.delete([LOCK_KEY])
+
+    def close(self) -> None:
+        self.unlock()
+
+    # -- sources ------------------------------------------------------------------------------------
+
+    def sources(self, collection: str, root: str | None = None) -> dict[str, SourceRecord]:
+        with self._mu:
+            docs = self.table.scan("source", collection, root)
+        return {d["path"]: _record(d) for d in docs.values()}
+
+    def sources_for(self, collection: str, paths: list[str]) -> dict[str, SourceRecord]:
+        with self._mu:
+            docs = self.table.get([_key("source", collection, p) for p in paths])
+        return {d["path"]: _record(d) for d in docs.values()}
+
+    def add_pending(self, collection: str, root: str, items: list[tuple[str, str, list[str]]]) -> None:
+        """Before a write: remember the ids about to land, so a crash leaves no orphan behind."""
+        with self._mu:
+            keys = [_key("source", collection, path) for path, _, _ in items]
+            have = self.table.get(keys)
+            now = time.time()
+            out = {}
+            for key, (path, rel, ids) in zip(keys, items, strict=True):
+                doc = have.get(key) or {
+                    "kind": "source", "collection": collection, "root": root, "path": path, "rel": rel,
+                    "status": "pending", "chunk_ids": [], "pending_ids": [], "updated_at": now,
+                }  # fmt: skip
+                doc["pending_ids"] = list(dict.fromkeys([*doc.get("pending_ids", []), *ids]))
+                out[key] = doc
+            self.table.put(out)
+
+    def commit(self, collection: str, items: list[dict[str, Any]]) -> None:
+        """After a write and the removal of stale chunks: the source's new state, pending cleared."""
+        with self._mu:
+            keys = [_key("source", collection, it["path"]) for it in items]
+            have = self.table.get(keys)
+            out = {}
+            for key, it in zip(keys, items, strict=True):
+                if key in have:
+                    doc = have[key]
+                    doc.update(
+                        content_hash=it["hash"], fingerprint=it["fingerprint"], chunk_ids=list(it["ids"]),
+                        pending_ids=[], status="ok", error=None, size=it["size"], chunks=len(it["ids"]),
+                        updated_at=time.time(),
+                    )  # fmt: skip
+                    out[key] = doc
+            self.table.put(out)
+
+    def fail(self, collection: str, root: str, path: str, rel: str, content_hash: str | None, reason: str) -> None:
+        """A file that could not be ingested: its reason is kept; its last good chunks (if any) stay."""
+        with self._mu:
+            key = _key("source", collection, path)
+            doc = self.table.get([key]).get(key) or {
+                "kind": "source", "collection": collection, "root": root, "path": path, "rel": rel,
+                "content_hash": content_hash, "chunk_ids": [], "pending_ids": [],
+            }  # fmt: skip
+            doc.update(status="failed", error=reason, updated_at=time.time())
+            self.table.put({key: doc})
+
+    def remove(self, collection: str, paths: list[str]) -> None:
+        with self._mu:
+            self.table.delete([_key("source", collection, p) for p in paths])
+
+    # -- roots, collections, runs -------------------------------------------------------------------
+
+    def record_root(self, collection: str, root: str, config: dict[str, Any], db: str) -> None:
+        now = time.time()
+        with self._mu:
+            self.table.put(
+                {
+                    _key("root", collection, root): {
+                        "kind": "root", "collection": collection, "root": root, "config": config, "db": db,
+                        "last_run": now,
+                    },
+                    _key("collection", collection): {"kind": "collection", "collection": collection, "config": config},
+                }
+            )  # fmt: skip
+
+    def roots(self, collection: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+        """(collection, root, config) of every recorded root."""
+        with self._mu:
+            docs = self.table.scan("root", collection)
+        return sorted((d["collection"], d["root"], d["config"]) for d in docs.values())
+
+    def collection_config(self, collection: str) -> dict[str, Any] | None:
+        key = _key("collection", collection)
+        with self._mu:
+            doc = self.table.get([key]).get(key)
+        return doc["config"] if doc else None
+
+    def record_run(self, collection: str, root: str, started: float, status: str, summary: dict[str, Any]) -> None:
+        """Keep the last KEEP_RUNS runs of a collection (the state table does not grow per run)."""
+        doc = {"kind": "run", "collection": collection, "root": root, "started": started, "finished": time.time(),
+               "status": status, "summary": summary}  # fmt: skip
+        with self._mu:
+            self.table.put({_key("run", collection, f"{started:.6f}:{self.owner}"): doc})
+            runs = self.table.scan("run", collection)
+            old = sorted(runs, key=lambda k: runs[k]["started"])[:-KEEP_RUNS]
+            self.table.delete(old)
