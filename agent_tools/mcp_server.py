@@ -82,6 +82,8 @@ async def serve_http(settings: ToolSettings, host: str, port: int, path: str = "
 
     async with AsyncExitStack() as stack:
         ctx = ToolContext(await open_client(settings, stack), settings)
-        app = build_server(ctx).streamable_http_app(streamable_http_path=path, host=host)
+        app = build_server(ctx).streamable_http_app(
+            streamable_http_path=path, host=host, max_request_body_size=settings.max_body_bytes
+        )  # the tools' own limits then answer over-size texts with PAYLOAD_TOO_LARGE, as on the other transports
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
         await uvicorn.Server(config).serve()

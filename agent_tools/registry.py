@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,30 +101,20 @@ class ToolContext:
         self.client = client
         self.settings = settings or ToolSettings()
         self.cache = cache if cache is not None else shared_cache(self.settings)
-        self._taxonomies: dict[str, tuple[tuple[float, int], Taxonomy]] = {}
 
     def backend(self) -> ModelBackend:
         """A fresh backend per call, so its counters are that call's model calls."""
         return ModelBackend(self.client, self.settings.batch_size)
 
     def taxonomy(self, ref: str | dict[str, Any] | list[Any]) -> Taxonomy:
-        """A named taxonomy from the settings (re-read when its file changes) or an inline definition."""
+        """A named taxonomy from the settings (parsed once per file version) or an inline definition."""
         if not isinstance(ref, str):
             return build_taxonomy(ref, self.settings.max_taxonomy_nodes)
         path = self.settings.taxonomies.get(ref)
         if path is None:
             known = ", ".join(sorted(self.settings.taxonomies)) or "none are configured"
             raise TaxonomyError(f"no taxonomy named {ref!r} (known: {known}); or pass the taxonomy itself")
-        try:
-            stat = os.stat(Path(path).expanduser())
-        except OSError as e:
-            raise TaxonomyError(f"taxonomy {ref!r}: cannot read {path}: {e.strerror}") from None
-        version = (stat.st_mtime, stat.st_size)
-        cached = self._taxonomies.get(ref)
-        if cached is None or cached[0] != version:  # one entry per configured name: bounded
-            cached = (version, load_taxonomy(path, self.settings.max_taxonomy_nodes))
-            self._taxonomies[ref] = cached
-        return cached[1]
+        return taxonomy_file(Path(path).expanduser(), self.settings.max_taxonomy_nodes, ref)
 
     async def call(self, name: str, arguments: Any) -> dict[str, Any]:
         """Validate and run one tool call."""
@@ -130,6 +122,30 @@ class ToolContext:
 
         t = get_tool(name)
         return await t.run(self, t.parse(arguments))
+
+
+_FILES: OrderedDict[tuple[str, float, int, int], Taxonomy] = OrderedDict()
+_FILES_KEPT = 16
+_files_lock = threading.Lock()
+
+
+def taxonomy_file(path: Path, max_nodes: int, name: str) -> Taxonomy:
+    """A taxonomy file parsed once per (path, mtime, size): a small process-wide LRU."""
+    try:
+        stat = os.stat(path)
+    except OSError as e:
+        raise TaxonomyError(f"taxonomy {name!r}: cannot read {path}: {e.strerror}") from None
+    key = (str(path.resolve()), stat.st_mtime, stat.st_size, max_nodes)
+    with _files_lock:
+        if key in _FILES:
+            _FILES.move_to_end(key)
+            return _FILES[key]
+    taxonomy = load_taxonomy(path, max_nodes)
+    with _files_lock:
+        _FILES[key] = taxonomy
+        while len(_FILES) > _FILES_KEPT:
+            _FILES.popitem(last=False)
+    return taxonomy
 
 
 _SHARED: IndexCache | None = None
