@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from agent_tools.errors import PayloadTooLarge
 from agent_tools.text import Span, count_tokens, split_passages, split_sentences
 
 if TYPE_CHECKING:
@@ -104,10 +105,15 @@ async def filter_context(
     backend: ModelBackend,
     embed_model: str,
     opts: FilterOptions,
+    max_passages: int | None = None,
 ) -> dict[str, Any]:
     """Score, select and (optionally) prune; report tokens before and after."""
     if text is not None:
         spans = split_passages(text, opts.passage_tokens)
+        if max_passages is not None and len(spans) > max_passages:
+            raise PayloadTooLarge(
+                f"text: it splits into {len(spans):,} passages, over the limit of {max_passages:,} (SHOAL_TOOLS_MAX_TEXTS)"
+            )
     else:
         spans, pos = [], 0
         for p in passages or []:

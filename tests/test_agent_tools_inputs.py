@@ -133,6 +133,9 @@ def test_five_megabyte_texts_get_payload_too_large(engine: Any) -> None:
         assert e.value.status == 413 and "SHOAL_TOOLS_MAX_TEXT_CHARS" in e.value.message, name
     with pytest.raises(PayloadTooLarge, match="SHOAL_TOOLS_MAX_TEXTS"):
         agent_tools.embed(client=engine, texts=["a"] * 3000)
+    many = "\n\n".join(f"Paragraph {k} about something else entirely." for k in range(3000))
+    with pytest.raises(PayloadTooLarge, match="splits into 3,000 passages"):
+        agent_tools.filter_context(client=engine, query="q", text=many, passage_tokens=8)
 
 
 def test_bad_arguments_in_python_get_clear_validation_errors(engine: Any) -> None:

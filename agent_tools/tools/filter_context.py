@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_tools.context_filter import FilterOptions
 from agent_tools.context_filter import filter_context as run_filter
-from agent_tools.errors import InvalidInput, check_count, check_text
+from agent_tools.errors import check_count, check_text
 from agent_tools.registry import ToolContext, tool
 
 
@@ -42,7 +42,5 @@ async def filter_context(ctx: ToolContext, args: FilterContextInput) -> dict[str
         check_text("text", args.text or "", s.max_text_chars)
     options = FilterOptions.model_validate(args.model_dump(include=set(FilterOptions.model_fields)))
     options.rerank_model = options.rerank_model or s.rerank_model
-    result = await run_filter(args.query, args.passages, args.text, ctx.backend(), s.embed_model, options)
-    if result["kept"] + result["dropped"] > s.max_texts:
-        raise InvalidInput(f"the text split into more than {s.max_texts:,} passages (SHOAL_TOOLS_MAX_TEXTS)")
-    return result
+    backend = ctx.backend()
+    return await run_filter(args.query, args.passages, args.text, backend, s.embed_model, options, s.max_texts)
