@@ -8,6 +8,7 @@ unknown tool name is a protocol error (INVALID_PARAMS), as the MCP specification
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -16,6 +17,7 @@ from agent_tools.errors import ShoalError, ToolNotFound
 from agent_tools.registry import ToolContext
 
 SERVER_NAME = "shoal"
+log = logging.getLogger("shoal.tools")
 
 
 def build_server(ctx: ToolContext) -> Any:
@@ -32,15 +34,21 @@ def build_server(ctx: ToolContext) -> Any:
         ]
         return types.ListToolsResult(tools=tools)
 
+    def failure(e: ShoalError) -> types.CallToolResult:
+        text = f"{e.code}: {e.message}"
+        error = {"error": e.to_dict()}
+        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=error, is_error=True)
+
     async def call_tool(_rctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
             result = await ctx.call(params.name, params.arguments or {})
         except ToolNotFound as e:
             raise MCPError(code=types.INVALID_PARAMS, message=e.message) from None
         except ShoalError as e:
-            text = f"{e.code}: {e.message}"
-            error = {"error": e.to_dict()}
-            return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=error, is_error=True)
+            return failure(e)
+        except Exception as e:  # noqa: BLE001 - reported to the caller; the server keeps serving
+            log.exception("tool %s failed", params.name)
+            return failure(ShoalError(f"{params.name}: {type(e).__name__}: {e}"))
         return types.CallToolResult(content=[types.TextContent(text=json.dumps(result))], structured_content=result)
 
     from agent_tools import __version__

@@ -9,6 +9,7 @@ one matrix `vectors`, row i for node i (the root's row is unused).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -118,6 +119,7 @@ class IndexCache:
         self.max_bytes = max_bytes
         self._items: OrderedDict[tuple[str, str, str], TaxonomyIndex] = OrderedDict()
         self._building: dict[tuple[str, str, str], asyncio.Future[TaxonomyIndex]] = {}
+        self._lock = threading.Lock()  # the blocking tool functions may use the cache from several threads
         self.hits = self.misses = 0
 
     def __len__(self) -> int:
@@ -129,10 +131,11 @@ class IndexCache:
 
     async def get(self, t: Taxonomy, backend: ModelBackend, model: str) -> TaxonomyIndex:
         key = (t.digest, model, INDEX_VERSION)
-        if key in self._items:
-            self.hits += 1
-            self._items.move_to_end(key)
-            return self._items[key]
+        with self._lock:
+            if key in self._items:
+                self.hits += 1
+                self._items.move_to_end(key)
+                return self._items[key]
         pending = self._building.get(key)
         if pending is not None and pending.get_loop() is asyncio.get_running_loop():
             return await asyncio.shield(pending)
@@ -152,7 +155,8 @@ class IndexCache:
         return index
 
     def _put(self, key: tuple[str, str, str], index: TaxonomyIndex) -> None:
-        self._items[key] = index
-        self._items.move_to_end(key)
-        while len(self._items) > self.max_entries or (len(self._items) > 1 and self.nbytes > self.max_bytes):
-            self._items.popitem(last=False)
+        with self._lock:
+            self._items[key] = index
+            self._items.move_to_end(key)
+            while len(self._items) > self.max_entries or (len(self._items) > 1 and self.nbytes > self.max_bytes):
+                self._items.popitem(last=False)

@@ -200,8 +200,7 @@ def bench_scaling() -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import agent_tools
     from bench.crossencoder import MODEL_ID, make_model
-    from engine.config import EngineSettings
-    from engine.runtime import AsyncEngine
+    from shoal import AsyncEngine, EngineSettings
     from tests.agent_tools_support import generated_tree
 
     data = read_jsonl(EXAMPLES / "taxonomy" / "labelled.jsonl")[: args.texts]
