@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agent_tools.cli import TaxonomyOpt, mcp_command, named_taxonomies
+
 if TYPE_CHECKING:  # imported lazily at run time to keep --help fast
     from engine.config import EngineSettings
 
@@ -59,10 +61,13 @@ def serve(
     queue: Annotated[
         str | None, typer.Option(envvar="SHOAL_QUEUE_URL", help="nats://host:port: run as a gateway only")
     ] = None,
+    taxonomy: TaxonomyOpt = None,
 ) -> None:
     """Run the HTTP server: embedded in-process engine, or with --queue a gateway feeding `shoal worker`s."""
     import uvicorn
 
+    from agent_tools.config import ToolSettings
+    from agent_tools.http import tools_router
     from engine.gateway import create_app
     from engine.runtime import AsyncEngine
 
@@ -81,7 +86,10 @@ def serve(
         queue_url=queue,
     )
     engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
-    uvicorn.run(create_app(engine), host=host, port=port, log_level=log_level)
+    http = create_app(engine)
+    tools = ToolSettings(**({"taxonomies": named_taxonomies(taxonomy)} if taxonomy else {}))
+    http.include_router(tools_router(engine, tools))  # GET /v1/tools, POST /v1/tools/{name}
+    uvicorn.run(http, host=host, port=port, log_level=log_level)
 
 
 @app.command()
@@ -193,6 +201,7 @@ from pipeline.cli import ingest_command, reindex_command, search_command  # noqa
 app.command("ingest")(ingest_command)
 app.command("search")(search_command)
 app.command("reindex")(reindex_command)
+app.command("mcp")(mcp_command)
 
 
 @app.command()

@@ -1,0 +1,87 @@
+"""Model calls for the tools through any shoal client (Engine, Client, AsyncEngine, AsyncClient), counted."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass
+class CallCount:
+    """How many requests and items went to the models (a fixed set of counters: it never grows)."""
+
+    encode_requests: int = 0
+    encode_items: int = 0
+    score_requests: int = 0
+    score_pairs: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class ModelBackend:
+    """`embed` and `score` over a shoal client, split into requests of at most `batch_size` items.
+
+    Cheap to make: a tool call makes its own, so `calls` counts that call's model requests only.
+    """
+
+    def __init__(self, client: Any, batch_size: int = 256) -> None:
+        self.client = client
+        self.batch_size = batch_size
+        self.calls = CallCount()
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(self.client, method)
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args, **kwargs)
+        return await asyncio.to_thread(fn, *args, **kwargs)  # the blocking Engine / Client facades
+
+    async def encode(
+        self, model: str, texts: list[str], *, is_query: bool = False, options: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """The SDK's encode results ({dense: array, ...}), one per text, in order."""
+
+        async def one(chunk: list[str]) -> list[dict[str, Any]]:
+            self.calls.encode_requests += 1
+            self.calls.encode_items += len(chunk)
+            return await self._call("encode", model, chunk, is_query=is_query or None, options=options)
+
+        parts = await asyncio.gather(*(one(c) for c in self._chunks(texts)))
+        return [row for part in parts for row in part]
+
+    async def embed(self, model: str, texts: list[str], *, is_query: bool = False) -> np.ndarray:
+        """Unit-length dense vectors, one row per text, in order."""
+        import numpy as np
+
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        rows = await self.encode(model, texts, is_query=is_query)
+        vectors = np.stack([np.asarray(r["dense"], dtype=np.float32) for r in rows])
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.maximum(norms, 1e-12)
+
+    async def score(self, model: str, query: str, texts: list[str]) -> np.ndarray:
+        """A relevance score per text against one query (a cross-encoder's `score` task), in input order."""
+        import numpy as np
+
+        async def one(start: int, chunk: list[str]) -> list[tuple[int, float]]:
+            self.calls.score_requests += 1
+            self.calls.score_pairs += len(chunk)
+            items = [{"id": str(start + i), "text": t} for i, t in enumerate(chunk)]
+            result = await self._call("score", model, query, items)
+            return [(int(s["item_id"]), float(s["score"])) for s in result["scores"]]
+
+        out = np.zeros(len(texts), dtype=np.float32)
+        starts = range(0, len(texts), self.batch_size)
+        for part in await asyncio.gather(*(one(s, texts[s : s + self.batch_size]) for s in starts)):
+            for i, value in part:
+                out[i] = value
+        return out
+
+    def _chunks(self, texts: list[str]) -> list[list[str]]:
+        return [texts[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]

@@ -1,0 +1,67 @@
+"""HTTP endpoints for the tools: `GET /v1/tools` (OpenAI function schemas) and `POST /v1/tools/{name}`.
+
+`tools_router(client)` returns a FastAPI router; `shoal serve` mounts it on the engine's app. Errors use the
+native error body `{"detail": {"code", "message"}}` whatever app the router is mounted on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from agent_tools.config import ToolSettings
+from agent_tools.errors import InvalidInput, PayloadTooLarge, ShoalError
+from agent_tools.registry import ToolContext
+
+log = logging.getLogger("shoal.tools")
+
+
+def error_response(err: ShoalError) -> JSONResponse:
+    headers = {"Retry-After": str(max(1, round(err.retry_after)))} if err.retry_after is not None else None
+    return JSONResponse({"detail": err.to_dict()}, status_code=err.status, headers=headers)
+
+
+def tools_router(client: Any, settings: ToolSettings | None = None, context: ToolContext | None = None) -> APIRouter:
+    """The tool endpoints over one shoal client (the serving AsyncEngine, or any SDK client)."""
+    ctx = context or ToolContext(client, settings)
+    router = APIRouter()
+
+    @router.get("/v1/tools")
+    async def list_tools() -> dict[str, Any]:
+        """`{"tools": [...]}`: pass `tools` straight to an OpenAI-compatible chat completion."""
+        from agent_tools.tools import TOOLS
+
+        return {"object": "list", "tools": [t.openai() for t in TOOLS.values()]}
+
+    @router.post("/v1/tools/{name}")
+    async def call_tool(name: str, request: Request) -> JSONResponse:
+        """Run a tool; the body is its arguments as a JSON object (what the model put in `arguments`)."""
+        try:
+            arguments = await read_json(request, ctx.settings.max_body_bytes)
+            return JSONResponse(await ctx.call(name, arguments))
+        except ShoalError as e:
+            return error_response(e)
+        except Exception as e:  # noqa: BLE001 - a typed 500; the server keeps running
+            log.exception("tool %s failed", name)
+            return error_response(ShoalError(f"{name}: {type(e).__name__}: {e}"))
+
+    return router
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"body of {declared} bytes is over the limit of {limit} (SHOAL_TOOLS_MAX_BODY_BYTES)")
+    raw = await request.body()
+    if len(raw) > limit:
+        raise PayloadTooLarge(f"body of {len(raw)} bytes is over the limit of {limit} (SHOAL_TOOLS_MAX_BODY_BYTES)")
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InvalidInput(f"the body is not valid JSON: {e}") from None

@@ -1,0 +1,97 @@
+"""The tools as an MCP server (official `mcp` SDK, low-level Server): stdio or streamable HTTP.
+
+Tool errors (bad arguments, a missing collection, a too-large text) come back as a tool result with
+`isError: true` and the error's code and message, so the calling model can read and correct them; an
+unknown tool name is a protocol error (INVALID_PARAMS), as the MCP specification asks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import AsyncExitStack
+from typing import Any
+
+from agent_tools.config import ToolSettings
+from agent_tools.errors import ShoalError, ToolNotFound
+from agent_tools.registry import ToolContext
+
+SERVER_NAME = "shoal"
+log = logging.getLogger("shoal.tools")
+
+
+def build_server(ctx: ToolContext) -> Any:
+    """An `mcp.server.Server` listing every tool and running calls through the context."""
+    import mcp_types as types
+    from mcp.server import Server
+    from mcp.shared.exceptions import MCPError
+
+    from agent_tools.tools import TOOLS
+
+    async def list_tools(_rctx: Any, _params: Any) -> types.ListToolsResult:
+        tools = [
+            types.Tool(name=t.name, description=t.description, input_schema=t.parameters()) for t in TOOLS.values()
+        ]
+        return types.ListToolsResult(tools=tools)
+
+    def failure(e: ShoalError) -> types.CallToolResult:
+        text = f"{e.code}: {e.message}"
+        error = {"error": e.to_dict()}
+        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=error, is_error=True)
+
+    async def call_tool(_rctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            result = await ctx.call(params.name, params.arguments or {})
+        except ToolNotFound as e:
+            raise MCPError(code=types.INVALID_PARAMS, message=e.message) from None
+        except ShoalError as e:
+            return failure(e)
+        except Exception as e:  # noqa: BLE001 - reported to the caller; the server keeps serving
+            log.exception("tool %s failed", params.name)
+            return failure(ShoalError(f"{params.name}: {type(e).__name__}: {e}"))
+        return types.CallToolResult(content=[types.TextContent(text=json.dumps(result))], structured_content=result)
+
+    from agent_tools import __version__
+
+    return Server(
+        SERVER_NAME,
+        version=__version__,
+        instructions="shoal's small-model tools: taxonomy classification, context filtering, rerank, search, embed.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def open_client(settings: ToolSettings, stack: AsyncExitStack) -> Any:
+    """The shoal client the tools use: a server at engine_url, else an in-process engine."""
+    if settings.engine_url:
+        from engine.client import AsyncClient
+
+        return await stack.enter_async_context(AsyncClient(settings.engine_url, api_key=settings.api_key))
+    from engine.runtime import AsyncEngine
+
+    return await stack.enter_async_context(AsyncEngine())
+
+
+async def serve_stdio(settings: ToolSettings) -> None:
+    """Serve one MCP session on stdin/stdout until the client closes it."""
+    from mcp.server.stdio import stdio_server
+
+    async with AsyncExitStack() as stack:
+        ctx = ToolContext(await open_client(settings, stack), settings)
+        server = build_server(ctx)
+        read, write = await stack.enter_async_context(stdio_server())
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def serve_http(settings: ToolSettings, host: str, port: int, path: str = "/mcp", log_level: str = "info") -> None:
+    """Serve MCP over streamable HTTP at http://host:port{path}."""
+    import uvicorn
+
+    async with AsyncExitStack() as stack:
+        ctx = ToolContext(await open_client(settings, stack), settings)
+        app = build_server(ctx).streamable_http_app(
+            streamable_http_path=path, host=host, max_request_body_size=settings.max_body_bytes
+        )  # the tools' own limits then answer over-size texts with PAYLOAD_TOO_LARGE, as on the other transports
+        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
+        await uvicorn.Server(config).serve()

@@ -1,0 +1,328 @@
+"""Classify texts into a hierarchical taxonomy: top-down beam search over cached node embeddings.
+
+At each level the children of the beam are scored by cosine similarity with the text (an internal child
+by the better of its prototype and its best child: a one-level look-ahead); the best `beam_width` internal
+nodes go on, leaves met on the way are kept. A leaf's path score is its similarity plus `ancestor_weight`
+times the similarities of the nodes above it, so the hierarchy decides between look-alike leaves
+("Dogs > Food" vs "Cats > Food"). With `rerank_model`, each level's shortlist is rescored by a
+cross-encoder (the engine's `score` task) before the beam is chosen.
+
+Confidence is the probability mass of a subtree: a softmax over the leaf scores found, next to a
+"none of these" option scored `none_score`. The answer is the deepest node on the best path whose mass
+reaches `threshold` (0 always returns a leaf), with the score and confidence of every level and the
+runner-up leaves. `strategy="flat"` scores every leaf the same way, without pruning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agent_tools.taxonomy_index import IndexCache, TaxonomyIndex
+from agent_tools.taxonomy_tree import Taxonomy
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from agent_tools.backend import ModelBackend
+
+EMBED_DEFAULTS = (0.03, 0.3)  # (temperature, none_score) for cosine similarities
+RERANK_DEFAULTS = (0.1, 0.5)  # the same for cross-encoder probabilities
+FLAT_CHUNK = 64  # texts scored against every node at once by the flat strategy
+
+
+class ClassifyOptions(BaseModel):
+    """How to search the tree."""
+
+    strategy: Literal["beam", "flat"] = Field("beam", description="beam: top-down beam search; flat: every leaf")
+    beam_width: int = Field(5, ge=1, le=100, description="internal nodes kept at each level")
+    threshold: float = Field(
+        0.5, ge=0, le=1, description="confidence needed to go one level deeper; 0 always returns a leaf"
+    )
+    alternatives: int = Field(3, ge=0, le=50, description="runner-up leaves to return")
+    ancestor_weight: float = Field(0.2, ge=0, le=10, description="weight of the ancestors' scores in a path score")
+    rerank_model: str | None = Field(None, description="cross-encoder that rescores each level's shortlist")
+    rerank_top: int = Field(10, ge=1, le=1000, description="candidates per level rescored by rerank_model")
+    temperature: float | None = Field(
+        None, gt=0, le=10, description="softmax temperature of the confidence (default 0.03, or 0.1 with a reranker)"
+    )
+    none_score: float | None = Field(
+        None, description="score of the 'none of these' option (default 0.3, or 0.5 with a reranker)"
+    )
+
+
+@dataclass
+class Level:
+    """One level's candidates: node ids, ranking scores (with the look-ahead), plain similarities (what a
+    path score adds up), and which beam entry each came from."""
+
+    nodes: np.ndarray
+    scores: np.ndarray
+    plain: np.ndarray
+    owner: np.ndarray
+
+
+@dataclass
+class Search:
+    """The state of one text's beam search."""
+
+    index: TaxonomyIndex
+    query: np.ndarray
+    opts: ClassifyOptions
+    beam: np.ndarray
+    acc: np.ndarray  # per beam entry: sum of the scores of the internal nodes on its path
+    scored: dict[int, float] = field(default_factory=dict)
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # leaves, scores, path scores
+    dot_products: int = 0  # node vectors compared with the text (the search's work; flat compares them all)
+
+    def expand(self) -> Level | None:
+        """Children of the beam scored by embedding similarity (internal ones with the look-ahead)."""
+        import numpy as np
+
+        if self.beam.size == 0:
+            return None
+        ix = self.index
+        kids, owner = children_of(ix, self.beam)
+        plain = similarities(ix.vectors, kids, self.query)
+        self.dot_products += kids.size
+        scores = plain.copy()
+        inner = ~ix.is_leaf[kids]
+        if inner.any():
+            grand, gowner = children_of(ix, kids[inner])
+            starts = np.flatnonzero(np.r_[True, gowner[1:] != gowner[:-1]])  # owners come in runs
+            best = np.maximum.reduceat(similarities(ix.vectors, grand, self.query), starts)
+            self.dot_products += grand.size
+            scores[inner] = np.maximum(scores[inner], best)
+        return Level(kids, scores, plain, owner)
+
+    def shortlist(self, level: Level, size: int) -> Level:
+        import numpy as np
+
+        keep = np.argsort(-level.scores, kind="stable")[:size]
+        return Level(level.nodes[keep], level.scores[keep], level.plain[keep], level.owner[keep])
+
+    def advance(self, level: Level) -> None:
+        """Record the leaves met, keep the best `beam_width` internal nodes."""
+        import numpy as np
+
+        ix, w = self.index, self.opts.ancestor_weight
+        leaf = ix.is_leaf[level.nodes]
+        if leaf.any():
+            owners = level.owner[leaf]
+            self.found.append((level.nodes[leaf], level.plain[leaf], level.plain[leaf] + w * self.acc[owners]))
+        inner = np.flatnonzero(~leaf)
+        top = inner[np.argsort(-level.scores[inner], kind="stable")[: self.opts.beam_width]]
+        self.scored.update(zip(level.nodes[top].tolist(), level.plain[top].tolist(), strict=True))
+        self.acc = self.acc[level.owner[top]] + level.plain[top]
+        self.beam = level.nodes[top]
+
+
+def similarities(vectors: np.ndarray, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosine similarity of some unit rows with the query. einsum, not `@`: for one text a threaded BLAS
+    matrix-vector product costs a fixed ~10 ms of thread start-up on a busy CPU, more than the sums."""
+    import numpy as np
+
+    return np.einsum("ij,j->i", vectors[rows], query)
+
+
+def children_of(ix: TaxonomyIndex, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All children of `nodes` (CSR gather) and, for each, the position of its parent in `nodes`."""
+    import numpy as np
+
+    starts, stops = ix.child_ptr[nodes], ix.child_ptr[nodes + 1]
+    lengths = stops - starts
+    owner = np.repeat(np.arange(nodes.size), lengths)
+    offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    return ix.child_idx[starts[owner] + np.arange(lengths.sum()) - offsets[owner]], owner
+
+
+def run_beam(index: TaxonomyIndex, query: np.ndarray, opts: ClassifyOptions) -> Search:
+    """Embedding-only beam search for one text (no model calls: the node vectors are cached)."""
+    import numpy as np
+
+    search = Search(index, query, opts, np.array([0]), np.zeros(1, dtype=np.float32))
+    while (level := search.expand()) is not None:
+        search.advance(level)
+    return search
+
+
+async def run_beam_reranked(
+    index: TaxonomyIndex, query: np.ndarray, text: str, opts: ClassifyOptions, backend: ModelBackend
+) -> Search:
+    """Beam search where each level's shortlist is rescored by a cross-encoder."""
+    import numpy as np
+
+    t = index.taxonomy
+    search = Search(index, query, opts, np.array([0]), np.zeros(1, dtype=np.float32))
+    while (level := search.expand()) is not None:
+        level = search.shortlist(level, opts.rerank_top)
+        texts = [t.node_text(int(i)) for i in level.nodes]
+        level.scores = level.plain = await backend.score(opts.rerank_model or "", text, texts)
+        search.advance(level)
+    return search
+
+
+def flat_scores(index: TaxonomyIndex, queries: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """(leaf similarity, leaf path score) for every leaf and every text: the tree without pruning."""
+    import numpy as np
+
+    sims = queries @ index.vectors.T  # (texts, nodes)
+    acc = np.zeros_like(sims)
+    inner = ~index.is_leaf
+    inner[0] = False
+    for d in range(1, int(index.depth.max()) + 1):
+        nodes = np.flatnonzero(inner & (index.depth == d))
+        acc[:, nodes] = acc[:, index.parent[nodes]] + sims[:, nodes]
+    leaves = index.leaves
+    return sims[:, leaves], sims[:, leaves] + weight * acc[:, index.parent[leaves]]
+
+
+def decide(
+    index: TaxonomyIndex,
+    leaves: np.ndarray,
+    scores: np.ndarray,
+    path_scores: np.ndarray,
+    node_score: Mapping[int, float],
+    opts: ClassifyOptions,
+) -> dict[str, Any]:
+    """The answer for one text from its candidate leaves: best path, per-level confidence, alternatives."""
+    import numpy as np
+
+    t = index.taxonomy
+    temperature, none_score = calibration(opts)
+    order = np.argsort(-path_scores, kind="stable")
+    best = int(leaves[order[0]])
+    top = max(float(scores.max()), none_score)
+    weights = np.exp((scores - top) / temperature)
+    total = float(weights.sum() + np.exp((none_score - top) / temperature))
+    by_position = np.argsort(leaves, kind="stable")
+    positions = leaves[by_position]
+    cumulative = np.concatenate(([0.0], np.cumsum(weights[by_position])))
+
+    def mass(node: int) -> float:
+        """Confidence that the answer lies in node's subtree (a preorder interval of the leaves)."""
+        lo, hi = np.searchsorted(positions, [node, node + t.size[node]])
+        return float(cumulative[hi] - cumulative[lo]) / total
+
+    levels, chosen = [], 0
+    for node in t.path(best):
+        confidence = mass(node)
+        levels.append(node_out(t, node, node_score.get(node), confidence))
+        if chosen == t.parent[node] and confidence >= opts.threshold:
+            chosen = node
+    alternatives = []
+    for k in order[1 : 1 + opts.alternatives]:
+        alternatives.append(node_out(t, int(leaves[k]), float(scores[k]), float(weights[k]) / total, path_scores[k]))
+    return {
+        "label": t.labels[chosen],
+        "id": t.ids[chosen] if chosen else None,
+        "path": [t.names[n] for n in t.path(chosen)],
+        "is_leaf": bool(chosen and not t.children[chosen]),
+        "confidence": round(mass(chosen), 6) if chosen else None,
+        "levels": levels,
+        "best_leaf": node_out(t, best, float(scores[order[0]]), mass(best), path_scores[order[0]]),
+        "alternatives": alternatives,
+    }
+
+
+def node_out(
+    t: Taxonomy, node: int, score: float | None, confidence: float, path_score: float | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": t.ids[node], "name": t.names[node], "label": t.labels[node]}
+    out["score"] = None if score is None else round(float(score), 6)
+    if path_score is not None:
+        out["path_score"] = round(float(path_score), 6)
+    out["confidence"] = round(confidence, 6)
+    return out
+
+
+def calibration(opts: ClassifyOptions) -> tuple[float, float]:
+    """(temperature, none_score): given ones, else the defaults for cosine or cross-encoder scores."""
+    temperature, none_score = RERANK_DEFAULTS if opts.rerank_model else EMBED_DEFAULTS
+    return opts.temperature or temperature, none_score if opts.none_score is None else opts.none_score
+
+
+async def classify(
+    texts: list[str],
+    taxonomy: Taxonomy,
+    backend: ModelBackend,
+    model: str,
+    opts: ClassifyOptions,
+    cache: IndexCache,
+) -> list[dict[str, Any]]:
+    """Classify a batch: one encode call for all texts; the node vectors come from the cache."""
+    index = await cache.get(taxonomy, backend, model)
+    queries = await backend.embed(model, texts, is_query=True)
+    if opts.strategy == "flat":
+        return await flat(index, texts, queries, opts, backend)
+    if not opts.rerank_model:
+        return await asyncio.to_thread(_beam_batch, index, queries, opts)
+    slots = asyncio.Semaphore(8)
+
+    async def one(text: str, query: np.ndarray) -> dict[str, Any]:
+        async with slots:
+            search = await run_beam_reranked(index, query, text, opts, backend)
+        return _answer(search)
+
+    return list(await asyncio.gather(*(one(t, q) for t, q in zip(texts, queries, strict=True))))
+
+
+def _beam_batch(index: TaxonomyIndex, queries: np.ndarray, opts: ClassifyOptions) -> list[dict[str, Any]]:
+    return [_answer(run_beam(index, q, opts)) for q in queries]
+
+
+def _answer(search: Search) -> dict[str, Any]:
+    import numpy as np
+
+    leaves, scores, paths = (np.concatenate(part) for part in zip(*search.found, strict=True))
+    node_scores = search.scored | dict(zip(leaves.tolist(), scores.tolist(), strict=True))
+    return decide(search.index, leaves, scores.astype(np.float64), paths.astype(np.float64), node_scores, search.opts)
+
+
+async def flat(
+    index: TaxonomyIndex, texts: list[str], queries: np.ndarray, opts: ClassifyOptions, backend: ModelBackend
+) -> list[dict[str, Any]]:
+    """Every leaf scored (by similarity, or by the cross-encoder when one is given): the unpruned baseline."""
+    import numpy as np
+
+    leaves = index.leaves
+    out = []
+    for k, text in enumerate(texts):
+        if k % FLAT_CHUNK == 0:  # (texts x nodes) matrices, a chunk of texts at a time
+            sims, path_scores = await asyncio.to_thread(
+                flat_scores, index, queries[k : k + FLAT_CHUNK], opts.ancestor_weight
+            )
+        leaf_scores = sims[k % FLAT_CHUNK].astype(np.float64)
+        paths = path_scores[k % FLAT_CHUNK].astype(np.float64)
+        if opts.rerank_model:
+            t = index.taxonomy
+            leaf_scores = (await backend.score(opts.rerank_model, text, [t.node_text(int(i)) for i in leaves])).astype(
+                np.float64
+            )
+            paths = leaf_scores
+        node_score = _LazyScores(index, queries[k], leaves, leaf_scores)
+        out.append(decide(index, leaves, leaf_scores, paths, node_score, opts))
+    return out
+
+
+class _LazyScores(Mapping[int, float]):
+    """Per-level scores for the flat answer: a leaf's own score, an internal node's prototype similarity."""
+
+    def __init__(self, index: TaxonomyIndex, query: np.ndarray, leaves: np.ndarray, scores: np.ndarray) -> None:
+        self.index, self.query = index, query
+        self.leaf_score = dict(zip(leaves.tolist(), scores.tolist(), strict=True))
+
+    def __getitem__(self, node: int) -> float:
+        if node in self.leaf_score:
+            return self.leaf_score[node]
+        return float(self.index.vectors[node] @ self.query)
+
+    def __iter__(self):  # noqa: ANN204 - Mapping protocol
+        return iter(self.leaf_score)
+
+    def __len__(self) -> int:
+        return len(self.leaf_score)

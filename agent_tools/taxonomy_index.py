@@ -1,0 +1,162 @@
+"""Node embeddings of a taxonomy, built once per (taxonomy digest, model) and kept in a bounded LRU cache.
+
+Leaves are represented by the embedding of their own text ("name: description. For example: ...").
+An internal node is represented by a prototype: its own text's embedding mixed with the mean of its
+children's prototypes, so "Gaming" also looks like the consoles and controllers under it. Both live in
+one matrix `vectors`, row i for node i (the root's row is unused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agent_tools.taxonomy_tree import Taxonomy
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from agent_tools.backend import ModelBackend
+
+INDEX_VERSION = "own-text+proto0.5/v1"  # part of the cache key: change it when the representation changes
+SELF_WEIGHT = 0.5  # share of an internal node's own text in its prototype
+
+
+@dataclass(eq=False)
+class TaxonomyIndex:
+    """A taxonomy plus its node matrix and the array views the search needs."""
+
+    taxonomy: Taxonomy
+    model: str
+    vectors: np.ndarray  # (n, dim) float32, unit rows
+    child_ptr: np.ndarray  # CSR: children of i are child_idx[child_ptr[i]:child_ptr[i+1]]
+    child_idx: np.ndarray
+    is_leaf: np.ndarray
+    leaves: np.ndarray  # leaf indices, ascending (preorder)
+    size: np.ndarray  # subtree sizes: node i's subtree is i .. i + size[i] - 1
+    parent: np.ndarray
+    depth: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.vectors, self.child_ptr, self.child_idx, self.is_leaf, self.leaves, self.size)
+        return sum(a.nbytes for a in arrays) + self.parent.nbytes + self.depth.nbytes
+
+
+def own_text(t: Taxonomy, i: int) -> str:
+    """A node's text without its path: what leaves are embedded as."""
+    text = f"{t.names[i]}: {t.descriptions[i]}" if t.descriptions[i] else t.names[i]
+    if t.examples[i]:
+        text += f". For example: {'; '.join(t.examples[i])}"
+    return text
+
+
+def structure(t: Taxonomy) -> dict[str, np.ndarray]:
+    """The tree as numpy arrays (CSR children, leaves, sizes), linear in its size."""
+    import numpy as np
+
+    counts = np.fromiter((len(c) for c in t.children), dtype=np.int64, count=len(t))
+    child_ptr = np.zeros(len(t) + 1, dtype=np.int64)
+    np.cumsum(counts, out=child_ptr[1:])
+    child_idx = np.fromiter((c for kids in t.children for c in kids), dtype=np.int64, count=int(child_ptr[-1]))
+    is_leaf = counts == 0
+    is_leaf[0] = False
+    return {
+        "child_ptr": child_ptr,
+        "child_idx": child_idx,
+        "is_leaf": is_leaf,
+        "leaves": np.flatnonzero(is_leaf),
+        "size": np.asarray(t.size, dtype=np.int64),
+        "parent": np.asarray(t.parent, dtype=np.int64),
+        "depth": np.asarray(t.depth, dtype=np.int64),
+    }
+
+
+def prototypes(own: np.ndarray, arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """Bottom-up, one depth at a time: proto(i) = unit(w * own(i) + (1 - w) * unit(mean of children's protos))."""
+    import numpy as np
+
+    vectors = own.copy()
+    ptr, idx, depth, is_leaf = arrays["child_ptr"], arrays["child_idx"], arrays["depth"], arrays["is_leaf"]
+    internal = np.flatnonzero(~is_leaf)
+    internal = internal[internal > 0]
+    for d in range(int(depth.max()) - 1, 0, -1):
+        nodes = internal[depth[internal] == d]
+        if nodes.size == 0:
+            continue
+        starts, stops = ptr[nodes], ptr[nodes + 1]
+        lengths = stops - starts
+        segment = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+        kids = idx[segment + np.arange(lengths.sum())]
+        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        means = np.add.reduceat(vectors[kids], offsets, axis=0) / lengths[:, None]
+        means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+        mixed = SELF_WEIGHT * own[nodes] + (1 - SELF_WEIGHT) * means
+        vectors[nodes] = mixed / np.maximum(np.linalg.norm(mixed, axis=1, keepdims=True), 1e-12)
+    return vectors
+
+
+async def build_index(t: Taxonomy, backend: ModelBackend, model: str) -> TaxonomyIndex:
+    """Embed every node's own text once (batched through the engine) and derive the prototypes."""
+    import numpy as np
+
+    own = await backend.embed(model, [own_text(t, i) for i in range(1, len(t))])
+    own = np.concatenate([np.zeros((1, own.shape[1]), dtype=np.float32), own])
+    arrays = structure(t)
+    vectors = await asyncio.to_thread(prototypes, own, arrays)
+    return TaxonomyIndex(taxonomy=t, model=model, vectors=vectors, **arrays)
+
+
+class IndexCache:
+    """LRU of built indexes keyed by (taxonomy digest, model, representation version), bounded in entries and
+    bytes, so a long-running server does not grow with the taxonomies it is sent. One build per key at a time."""
+
+    def __init__(self, max_entries: int = 8, max_bytes: int = 1 << 30) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, str, str], TaxonomyIndex] = OrderedDict()
+        self._building: dict[tuple[str, str, str], asyncio.Future[TaxonomyIndex]] = {}
+        self._lock = threading.Lock()  # the blocking tool functions may use the cache from several threads
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(i.nbytes for i in self._items.values())
+
+    async def get(self, t: Taxonomy, backend: ModelBackend, model: str) -> TaxonomyIndex:
+        key = (t.digest, model, INDEX_VERSION)
+        with self._lock:
+            if key in self._items:
+                self.hits += 1
+                self._items.move_to_end(key)
+                return self._items[key]
+        pending = self._building.get(key)
+        if pending is not None and pending.get_loop() is asyncio.get_running_loop():
+            return await asyncio.shield(pending)
+        self.misses += 1
+        future: asyncio.Future[TaxonomyIndex] = asyncio.get_running_loop().create_future()
+        self._building[key] = future
+        try:
+            index = await build_index(t, backend, model)
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved: a failed build with no other waiter is not "never retrieved"
+            raise
+        finally:
+            self._building.pop(key, None)
+        future.set_result(index)
+        self._put(key, index)
+        return index
+
+    def _put(self, key: tuple[str, str, str], index: TaxonomyIndex) -> None:
+        with self._lock:
+            self._items[key] = index
+            self._items.move_to_end(key)
+            while len(self._items) > self.max_entries or (len(self._items) > 1 and self.nbytes > self.max_bytes):
+                self._items.popitem(last=False)

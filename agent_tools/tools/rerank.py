@@ -1,0 +1,39 @@
+"""Tool: order documents by relevance to a query."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from agent_tools.context_filter import Scorer
+from agent_tools.errors import check_count, check_text
+from agent_tools.registry import ToolContext, tool
+
+
+class RerankInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, description="what the documents should be relevant to")
+    documents: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+        min_length=1, description="the documents to order"
+    )
+    top_n: int | None = Field(None, ge=1, description="return only the best n")
+    model: str | None = Field(None, description="cross-encoder; default: the server's reranker, else embeddings")
+
+
+@tool("rerank", RerankInput)
+async def rerank(ctx: ToolContext, args: RerankInput) -> dict[str, Any]:
+    """Rerank documents for a query with a cross-encoder (or embedding similarity when no reranker is set);
+    returns the documents best first with their index in the input and their score."""
+    s = ctx.settings
+    check_count("documents", len(args.documents), s.max_texts)
+    for i, d in enumerate(args.documents):
+        check_text(f"documents.{i}", d, s.max_text_chars)
+    check_text("query", args.query, s.max_text_chars)
+    backend = ctx.backend()
+    scorer = Scorer(backend, s.embed_model, args.model or s.rerank_model)
+    scores = (await scorer(args.query, list(args.documents))).tolist()
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])[: args.top_n]
+    results = [{"index": i, "score": round(scores[i], 6), "text": args.documents[i]} for i in order]
+    return {"scorer": scorer.name, "results": results, "model_calls": backend.calls.as_dict()}

@@ -1,0 +1,85 @@
+"""Tool: search an ingested collection through the pipeline (any connector behind a `db=` URL)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_tools.errors import CollectionNotFound, InvalidInput, ShoalError, check_text
+from agent_tools.registry import ToolContext, tool
+
+
+class SearchInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, description="what to look for")
+    collection: str | None = Field(None, min_length=1, description="collection to search; default: the server's")
+    db: str | None = Field(
+        None, min_length=1, description="store URL, e.g. lancedb://./shoal-data; default: the server's"
+    )
+    top_k: int = Field(5, ge=1, le=100, description="how many hits to return")
+    mode: Literal["hybrid", "dense", "text"] = Field(
+        "hybrid", description="hybrid (full text + vectors), dense or text"
+    )
+    filter: str | None = Field(None, description="a filter in the store's own syntax, e.g. source = 'a.pdf'")
+    rerank_model: str | None = Field(None, description="cross-encoder that reorders a wider candidate set")
+
+
+class StoreFailure(ShoalError):
+    code, status = "STORE_ERROR", 400
+
+
+@tool("search", SearchInput)
+async def search(ctx: ToolContext, args: SearchInput) -> dict[str, Any]:
+    """Search a collection of ingested documents (ingested with `shoal ingest`) and return the best chunks with
+    their source, pages, heading path and score."""
+    import pipeline
+    from connectors.base import StoreError
+    from pipeline.config import ConfigError
+
+    s = ctx.settings
+    check_text("query", args.query, s.max_text_chars)
+    db, collection = args.db or s.db, args.collection or s.collection
+    try:
+        hits = await pipeline.search_async(
+            args.query,
+            db=db,
+            collection=collection,
+            top_k=args.top_k,
+            where=args.filter,
+            mode=args.mode,
+            rerank=args.rerank_model,
+            client=ctx.client,
+        )
+    except ConfigError as e:
+        if str(e).startswith("no collection"):
+            raise CollectionNotFound(str(e)) from None
+        raise InvalidInput(str(e)) from None
+    except StoreError as e:
+        if e.code in ("NO_COLLECTION", "COLLECTION_NOT_FOUND"):
+            raise CollectionNotFound(e.message) from None
+        err = StoreFailure(f"{e.code}: {e.message}")
+        raise err from None
+    results = [{"id": h.id, "score": round(float(h.score), 6), "text": h.text, **jsonable(h.metadata)} for h in hits]
+    return {"db": db, "collection": collection, "results": results}
+
+
+def jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Metadata a tool result can carry: plain values and small lists; vectors and other blobs are left out."""
+    out = {}
+    for key, value in metadata.items():
+        value = value.tolist() if hasattr(value, "tolist") else value
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            out[key] = value
+        elif isinstance(value, (list, tuple)) and len(value) <= 64 and all(_plain(v) for v in value):
+            out[key] = list(value)
+        elif isinstance(value, dict) and len(value) <= 64 and all(_plain(v) for v in value.values()):
+            out[key] = {str(k): v for k, v in value.items()}
+    return out
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return len(value) <= 64 and all(isinstance(v, (str, int, float, bool)) or v is None for v in value)
+    return isinstance(value, (str, int, float, bool)) or value is None

@@ -1,0 +1,296 @@
+"""Agent tools: taxonomy classification (beam search vs flat scoring of every leaf) and context-filter latency.
+
+Taxonomy, on the example product taxonomy (401 nodes, 302 leaves, 335 labelled texts) and on a generated
+10,000-leaf tree, embeddings by all-MiniLM-L6-v2 in fp32 on CPU:
+  - texts/s end to end (one encode of the texts, then the search over the cached node vectors), and the
+    search alone (the part beam and flat do differently);
+  - model calls per text: encoded items, node vectors compared (dot products), cross-encoder pairs;
+  - with a cross-encoder rescoring each level's shortlist (beam) or every leaf (flat): a random-weight
+    cross-encoder of ms-marco-MiniLM-L-6 size (bench/crossencoder.py), so its speed is real and its scores
+    meaningless. Flat rescoring of the 10,000-leaf tree (10,000 pairs per text) is timed on a sample of pairs
+    and extrapolated; the table says so.
+Context filter: latency of filter_context for 50 passages (MiniLM similarity; with sentence pruning; with the
+cross-encoder), against the bare model call on the same texts (the baseline, measured in the same run).
+Scaling: taxonomy parsing per node at 1k/10k/50k leaves and passage splitting per MB at 0.1/1/5 MB.
+Writes bench/results/agent_tools.json.
+
+    .venv/bin/python bench/agent_tools.py [--threads 2] [--texts 335] [--ce-texts 4] [--big-leaves 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+EXAMPLES = ROOT / "examples"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def timed(coro: Any) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = await coro
+    return out, time.perf_counter() - t0
+
+
+async def bench_taxonomy(
+    name: str, taxonomy: Any, texts: list[str], gold: list[str] | None, engine: Any, ce: str, ce_texts: int
+) -> dict[str, Any]:
+    """Beam vs flat on one taxonomy: index build, throughput, work per text, accuracy, cross-encoder calls."""
+    from agent_tools.backend import ModelBackend
+    from agent_tools.taxonomy import ClassifyOptions, _answer, classify, flat, run_beam
+    from agent_tools.taxonomy_index import IndexCache
+
+    cache = IndexCache()
+    backend = ModelBackend(engine)
+    index, build_s = await timed(cache.get(taxonomy, backend, MINILM))
+    n_leaves = int(index.leaves.size)
+    opts = ClassifyOptions(threshold=0)
+    queries, encode_s = await timed(ModelBackend(engine).embed(MINILM, texts, is_query=True))
+
+    t0 = time.perf_counter()
+    searches = [run_beam(index, q, opts) for q in queries]
+    beam_answers = [_answer(s) for s in searches]
+    beam_search_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    flat_answers = await flat(index, texts, queries, opts, ModelBackend(engine))
+    flat_search_s = time.perf_counter() - t0
+
+    end_to_end = {}
+    for strategy in ("beam", "flat"):
+        b = ModelBackend(engine)
+        _, seconds = await timed(classify(texts, taxonomy, b, MINILM, ClassifyOptions(strategy=strategy), cache))
+        end_to_end[strategy] = {
+            "texts_per_s": len(texts) / seconds,
+            "encode_items_per_text": b.calls.encode_items / len(texts),
+        }
+
+    row: dict[str, Any] = {
+        "taxonomy": name,
+        "nodes": len(taxonomy),
+        "leaves": n_leaves,
+        "texts": len(texts),
+        "index_build_s": build_s,
+        "index_encode_items": backend.calls.encode_items,
+        "encode_texts_s": encode_s,
+        "beam": {
+            **end_to_end["beam"],
+            "search_only_texts_per_s": len(texts) / beam_search_s,
+            "dot_products_per_text": statistics.mean(s.dot_products for s in searches),
+        },
+        "flat": {
+            **end_to_end["flat"],
+            "search_only_texts_per_s": len(texts) / flat_search_s,
+            "dot_products_per_text": len(taxonomy) - 1,
+        },
+    }
+    if gold:
+        for key, answers in (("beam", beam_answers), ("flat", flat_answers)):
+            row[key]["top1_leaf_accuracy"] = float(
+                np.mean([a["label"] == g for a, g in zip(answers, gold, strict=True)])
+            )
+
+    sample = texts[:ce_texts]
+    b = ModelBackend(engine)
+    _, seconds = await timed(
+        classify(sample, taxonomy, b, MINILM, ClassifyOptions(rerank_model=ce, rerank_top=10), cache)
+    )
+    row["beam_rerank"] = {
+        "texts_per_s": len(sample) / seconds,
+        "score_pairs_per_text": b.calls.score_pairs / len(sample),
+    }
+    flat_pairs = n_leaves
+    if flat_pairs <= 1000:
+        b = ModelBackend(engine)
+        _, seconds = await timed(
+            classify(sample, taxonomy, b, MINILM, ClassifyOptions(rerank_model=ce, strategy="flat"), cache)
+        )
+        row["flat_rerank"] = {
+            "texts_per_s": len(sample) / seconds,
+            "score_pairs_per_text": b.calls.score_pairs / len(sample),
+            "extrapolated": False,
+        }
+    else:  # every leaf of a big tree per text: time a sample of pairs and extrapolate
+        leaf_texts = [taxonomy.node_text(int(i)) for i in index.leaves[:500]]
+        b = ModelBackend(engine)
+        _, seconds = await timed(b.score(ce, sample[0], leaf_texts))
+        row["flat_rerank"] = {
+            "texts_per_s": 1 / (seconds * flat_pairs / len(leaf_texts)),
+            "score_pairs_per_text": flat_pairs,
+            "extrapolated": True,
+        }
+    return row
+
+
+async def bench_filter(engine: Any, ce: str, repeat: int) -> dict[str, Any]:
+    """filter_context over 50 passages vs the bare model call over the same 51 texts."""
+    from agent_tools.backend import ModelBackend
+    from agent_tools.context_filter import FilterOptions, filter_context
+
+    docs = json.loads((EXAMPLES / "context_filter" / "documents.json").read_text())["documents"]
+    passages = [p for d in docs for p in d["passages"]][:50]
+    questions = [q["question"] for q in read_jsonl(EXAMPLES / "context_filter" / "questions.jsonl")][:repeat]
+
+    async def latency(make: Any) -> float:
+        times = []
+        for q in questions:
+            _, s = await timed(make(q))
+            times.append(s)
+        return statistics.median(times) * 1000
+
+    b = ModelBackend(engine)
+    row = {"passages": len(passages), "calls": len(questions)}
+    row["encode_baseline_ms"] = await latency(lambda q: b.embed(MINILM, [q, *passages]))
+    row["filter_ms"] = await latency(
+        lambda q: filter_context(q, passages, None, ModelBackend(engine), MINILM, FilterOptions())
+    )
+    opts = FilterOptions(sentences=True)
+    row["filter_sentences_ms"] = await latency(
+        lambda q: filter_context(q, passages, None, ModelBackend(engine), MINILM, opts)
+    )
+    row["score_baseline_ms"] = await latency(lambda q: b.score(ce, q, passages))
+    opts = FilterOptions(rerank_model=ce)
+    row["filter_reranker_ms"] = await latency(
+        lambda q: filter_context(q, passages, None, ModelBackend(engine), MINILM, opts)
+    )
+    return row
+
+
+def bench_scaling() -> dict[str, Any]:
+    """Input paths stay linear: seconds per node of taxonomy parsing, per MB of passage splitting."""
+    from agent_tools.taxonomy_tree import build_taxonomy
+    from agent_tools.text import split_passages
+    from tests.agent_tools_support import generated_tree
+
+    parse = {}
+    for departments in (5, 50, 250):  # x 10 categories x 20 leaves: 1k, 10k, 50k leaves
+        tree = generated_tree(departments, 10, 20)
+        t0 = time.perf_counter()
+        t = build_taxonomy(tree)
+        parse[len(t.leaves)] = (time.perf_counter() - t0) / len(t) * 1e6
+    docs = json.loads((EXAMPLES / "context_filter" / "documents.json").read_text())["documents"]
+    base = "\n\n".join(p for d in docs for p in d["passages"])
+    split = {}
+    for mb in (0.1, 1.0, 5.0):
+        text = (base + "\n\n") * int(mb * 1e6 / (len(base) + 2) + 1)
+        t0 = time.perf_counter()
+        split_passages(text)
+        split[mb] = (time.perf_counter() - t0) / (len(text) / 1e6)
+    return {"parse_us_per_node": parse, "split_s_per_mb": split}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    import agent_tools
+    from bench.crossencoder import MODEL_ID, make_model
+    from shoal import AsyncEngine, EngineSettings
+    from tests.agent_tools_support import generated_tree
+
+    data = read_jsonl(EXAMPLES / "taxonomy" / "labelled.jsonl")[: args.texts]
+    products = agent_tools.load_taxonomy(EXAMPLES / "taxonomy" / "products.yaml")
+    big = agent_tools.build_taxonomy(generated_tree(max(1, args.big_leaves // 500), 25, 20))
+    big_texts = [big.names[int(i)] + " for sale" for i in np.linspace(1, len(big) - 1, 200).astype(int)]
+    with tempfile.TemporaryDirectory() as tmp:
+        make_model(Path(tmp))
+        settings = EngineSettings(model_dir=Path(tmp) / "cards", offline=True, threads=args.threads)
+        async with AsyncEngine(settings) as engine:
+            await engine.encode(MINILM, ["warm up"])
+            await engine.score(MODEL_ID, "warm up", ["a"])
+            rows = [
+                await bench_taxonomy(
+                    "example (products.yaml)",
+                    products,
+                    [d["text"] for d in data],
+                    [d["label"] for d in data],
+                    engine,
+                    MODEL_ID,
+                    args.ce_texts,
+                ),
+                await bench_taxonomy(
+                    f"generated {len(big.leaves):,}-leaf tree", big, big_texts, None, engine, MODEL_ID, args.ce_texts
+                ),
+            ]
+            filt = await bench_filter(engine, MODEL_ID, args.filter_calls)
+    return {"threads": args.threads, "taxonomy": rows, "filter": filt, "scaling": bench_scaling()}
+
+
+def report(result: dict[str, Any]) -> None:
+    print(f"taxonomy classification, MiniLM fp32, {result['threads']} CPU threads (beam width 5, look-ahead 1 level)")
+    for r in result["taxonomy"]:
+        b, f = r["beam"], r["flat"]
+        print(
+            f"\n{r['taxonomy']}: {r['nodes']:,} nodes, {r['leaves']:,} leaves, {r['texts']} texts;"
+            f" index built once in {r['index_build_s']:.1f}s ({r['index_encode_items']:,} node texts encoded)"
+        )
+        print(
+            f"  {'':26s} {'texts/s':>9s} {'search-only/s':>14s} {'dot products/text':>18s} {'encoded/text':>13s} {'accuracy':>9s}"
+        )
+        for key, x in (("beam search", b), ("flat (every leaf)", f)):
+            acc = f"{x['top1_leaf_accuracy']:.3f}" if "top1_leaf_accuracy" in x else "-"
+            print(
+                f"  {key:26s} {x['texts_per_s']:9.1f} {x['search_only_texts_per_s']:14.0f} {x['dot_products_per_text']:18,.0f} {x['encode_items_per_text']:13.1f} {acc:>9s}"
+            )
+        print(
+            f"  beam/flat: {b['texts_per_s'] / f['texts_per_s']:.2f}x end to end, {b['search_only_texts_per_s'] / f['search_only_texts_per_s']:.1f}x search only,"
+            f" {f['dot_products_per_text'] / b['dot_products_per_text']:.1f}x fewer comparisons"
+        )
+        br, fr = r["beam_rerank"], r["flat_rerank"]
+        note = " (extrapolated from 500 timed pairs)" if fr["extrapolated"] else ""
+        print(
+            f"  with cross-encoder rescoring: beam {br['score_pairs_per_text']:.0f} pairs/text, {br['texts_per_s']:.2f} texts/s;"
+            f" flat {fr['score_pairs_per_text']:.0f} pairs/text, {fr['texts_per_s']:.3f} texts/s{note};"
+            f" beam/flat {br['texts_per_s'] / fr['texts_per_s']:.1f}x"
+        )
+    f = result["filter"]
+    print(f"\ncontext filter, {f['passages']} passages, median of {f['calls']} questions:")
+    print(
+        f"  MiniLM similarity: {f['filter_ms']:.0f} ms (bare encode of the same 51 texts: {f['encode_baseline_ms']:.0f} ms,"
+        f" {f['filter_ms'] / f['encode_baseline_ms']:.2f}x); with sentence pruning {f['filter_sentences_ms']:.0f} ms"
+    )
+    print(
+        f"  cross-encoder: {f['filter_reranker_ms']:.0f} ms (bare score of the 50 pairs: {f['score_baseline_ms']:.0f} ms,"
+        f" {f['filter_reranker_ms'] / f['score_baseline_ms']:.2f}x)"
+    )
+    s = result["scaling"]
+    print(
+        "\nscaling: taxonomy parse "
+        + ", ".join(f"{k:,} leaves {v:.1f} us/node" for k, v in s["parse_us_per_node"].items())
+        + "; passage split "
+        + ", ".join(f"{k} MB {v:.2f} s/MB" for k, v in s["split_s_per_mb"].items())
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--texts", type=int, default=335, help="labelled texts of the example taxonomy")
+    ap.add_argument("--ce-texts", type=int, default=4, help="texts classified with cross-encoder rescoring")
+    ap.add_argument("--big-leaves", type=int, default=10_000)
+    ap.add_argument("--filter-calls", type=int, default=10)
+    args = ap.parse_args()
+    result = asyncio.run(run(args))
+    report(result)
+    out = ROOT / "bench" / "results" / "agent_tools.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Taxonomy classification with the real MiniLM: accuracy and hierarchical F1 against flat nearest-leaf, the
+deepest-confident-node behaviour on texts that match no leaf, batch mode, the bounded index cache and the
+cross-encoder rescoring path (a tiny random cross-encoder: it checks the calls, not the accuracy)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import agent_tools
+from agent_tools.config import ToolSettings
+from agent_tools.taxonomy_index import own_text
+from tests.agent_tools_support import LABELLED, NO_LEAF, PRODUCTS, hierarchical_f1, read_jsonl
+from tests.conftest import MINILM
+
+SETTINGS = ToolSettings(taxonomies={"products": PRODUCTS})
+
+
+def classify(engine: Any, texts: list[str], **options: Any) -> list[dict[str, Any]]:
+    r = agent_tools.classify_taxonomy(texts=texts, taxonomy="products", client=engine, settings=SETTINGS, **options)
+    return r["results"]
+
+
+def flat_nearest_leaf(engine: Any, texts: list[str]) -> list[str]:
+    """The baseline: every leaf's own text embedded, each text goes to the most similar leaf."""
+    tx = agent_tools.load_taxonomy(PRODUCTS)
+    leaves = tx.leaves
+    nodes = np.stack([r["dense"] for r in engine.encode(MINILM, [own_text(tx, i) for i in leaves])])
+    queries = np.stack([r["dense"] for r in engine.encode(MINILM, texts, is_query=True)])
+    return [tx.labels[leaves[k]] for k in np.argmax(queries @ nodes.T, axis=1)]
+
+
+def test_beam_search_beats_flat_nearest_leaf(engine: Any) -> None:
+    data = read_jsonl(LABELLED)
+    tx = agent_tools.load_taxonomy(PRODUCTS)
+    assert len(data) >= 200 and len(tx.leaves) >= 100 and len(tx) >= 300
+    texts, gold = [d["text"] for d in data], [d["label"] for d in data]
+    leaf = [r["label"] for r in classify(engine, texts, threshold=0)]  # threshold 0: always down to a leaf
+    flat = flat_nearest_leaf(engine, texts)
+    acc = np.mean([p == g for p, g in zip(leaf, gold, strict=True)])
+    flat_acc = np.mean([p == g for p, g in zip(flat, gold, strict=True)])
+    hf1, flat_hf1 = hierarchical_f1(leaf, gold), hierarchical_f1(flat, gold)
+    default = classify(engine, texts)  # the default threshold stops above uncertain leaves
+    node = [r["label"] for r in default]
+    wrong_leaf = np.mean([r["is_leaf"] and r["label"] != g for r, g in zip(default, gold, strict=True)])
+    print(
+        f"\ntaxonomy ({len(data)} texts, {len(tx.leaves)} leaves, {len(tx)} nodes), MiniLM:"
+        f"\n  beam search   top-1 leaf accuracy {acc:.3f}  hF1 {hf1:.3f}"
+        f"\n  flat nearest  top-1 leaf accuracy {flat_acc:.3f}  hF1 {flat_hf1:.3f}"
+        f"\n  default threshold: hF1 {hierarchical_f1(node, gold):.3f}, reached a leaf {np.mean([r['is_leaf'] for r in default]):.3f},"
+        f" wrong leaf {wrong_leaf:.3f} (threshold 0: {1 - acc:.3f})"
+    )
+    for half in (slice(0, None, 2), slice(1, None, 2)):  # the gain holds on both halves, not only overall
+        g = gold[half]
+        beam_half = np.mean([p == x for p, x in zip(leaf[half], g, strict=True)])
+        flat_half = np.mean([p == x for p, x in zip(flat[half], g, strict=True)])
+        print(f"  half: beam {beam_half:.3f} vs flat {flat_half:.3f}")
+    assert acc > flat_acc
+    assert hf1 > flat_hf1
+    assert wrong_leaf < 1 - acc  # the deepest confident node replaces wrong leaves, not only right ones
+    assert np.mean([r["is_leaf"] for r in default]) >= 0.8
+
+
+def test_texts_matching_no_leaf_stop_at_the_deepest_confident_node(engine: Any) -> None:
+    data = read_jsonl(NO_LEAF)
+    results = classify(engine, [d["text"] for d in data])
+    unrelated = [r for r, d in zip(results, data, strict=True) if not d["deepest"]]
+    stopped = [not r["is_leaf"] for r in results]
+    print(
+        f"\nno-leaf texts: {sum(stopped)}/{len(data)} stopped above the leaves;"
+        f" {sum(r['label'] == '' for r in unrelated)}/{len(unrelated)} unrelated texts returned the root"
+    )
+    assert np.mean(stopped) >= 0.5
+    assert sum(r["label"] == "" for r in unrelated) >= 0.5 * len(unrelated)
+    forced = classify(engine, [d["text"] for d in data], threshold=0)
+    assert all(r["is_leaf"] for r in forced)  # without a threshold every one of them gets a (wrong) leaf
+    for r in results:
+        confidences = [level["confidence"] for level in r["levels"]]
+        assert confidences == sorted(confidences, reverse=True)  # a subtree holds at least its child's mass
+        assert r["path"] == [level["name"] for level in r["levels"][: len(r["path"])]]
+        assert r["best_leaf"]["label"] == r["levels"][-1]["label"]
+        if r["label"]:
+            assert r["confidence"] >= 0.5 and r["levels"][len(r["path"]) - 1]["label"] == r["label"]
+
+
+def test_batch_equals_one_by_one_and_the_index_is_cached(engine: Any) -> None:
+    texts = ["wool beanie with a bobble", "cordless drill with two batteries", "tulip bulbs", "gin", "a sofa bed"]
+    batch = agent_tools.classify_taxonomy(texts=texts, taxonomy="products", client=engine, settings=SETTINGS)
+    assert batch["model_calls"]["encode_items"] == len(texts)  # node vectors came from the cache
+    single = [classify(engine, [t])[0] for t in texts]
+    for a, b in zip(batch["results"], single, strict=True):
+        assert a["label"] == b["label"]
+        assert a["best_leaf"]["score"] == pytest.approx(b["best_leaf"]["score"], abs=1e-4)
+    assert [r["label"] for r in batch["results"]][1] == "DIY & tools > Power tools > Drills"
+    assert batch["taxonomy"]["leaves"] == 302
+    first = batch["results"][0]
+    assert len(first["alternatives"]) == 3 and all(
+        a["label"] != first["best_leaf"]["label"] for a in first["alternatives"]
+    )
+
+
+def test_index_cache_is_bounded(engine: Any) -> None:
+    import asyncio
+
+    from agent_tools.taxonomy_index import IndexCache
+
+    cache = IndexCache(max_entries=2)
+    ctx = agent_tools.ToolContext(engine, ToolSettings(), cache=cache)
+    trees = [{"name": f"t{k}", "children": [{"name": "cats"}, {"name": f"dogs {k}"}]} for k in range(4)]
+
+    async def run(tree: dict[str, Any]) -> dict[str, Any]:
+        return await ctx.call("classify_taxonomy", {"texts": ["a kitten"], "taxonomy": tree})
+
+    for tree in trees:
+        asyncio.run(run(tree))
+    assert len(cache) == 2 and cache.misses == 4
+    again = asyncio.run(run(trees[-1]))
+    assert cache.hits == 1 and again["model_calls"]["encode_items"] == 1
+    assert again["results"][0]["best_leaf"]["name"] == "cats"
+
+
+def test_cross_encoder_rescoring_scores_the_shortlist(engine: Any, tmp_path: Path) -> None:
+    from tests.tiny_models import make
+
+    make("bert", "ForSequenceClassification", tmp_path / "ce", num_labels=1)
+    ce = str(tmp_path / "ce")
+    texts = ["the red fish", "a dog in the house"]
+    beam = agent_tools.classify_taxonomy(
+        texts=texts, taxonomy="products", client=engine, settings=SETTINGS, rerank_model=ce, rerank_top=6
+    )
+    calls = beam["model_calls"]
+    depth = 4  # the deepest leaf of the example taxonomy
+    assert calls["score_requests"] >= len(texts) * 3 and 0 < calls["score_pairs"] <= len(texts) * depth * 6
+    for r in beam["results"]:
+        assert all(0.0 <= level["score"] <= 1.0 for level in r["levels"])  # sigmoid scores of the cross-encoder
+    flat = agent_tools.classify_taxonomy(
+        texts=texts[:1], taxonomy="products", client=engine, settings=SETTINGS, rerank_model=ce, strategy="flat"
+    )
+    assert flat["model_calls"]["score_pairs"] == 302  # flat rescoring pays for every leaf
