@@ -187,7 +187,7 @@ def search_command(
         raise typer.BadParameter("mode must be hybrid, dense or text")
     client = None
     if url:
-        from engine.client import AsyncClient
+        from engine.client.http import AsyncClient
 
         client = AsyncClient(url)
     try:

@@ -63,7 +63,7 @@ def serve(
     """Run the HTTP server: embedded in-process engine, or with --queue a gateway feeding `shoal worker`s."""
     import uvicorn
 
-    from engine.gateway import create_app
+    from engine.http.app import create_app
     from engine.runtime import AsyncEngine
 
     settings = settings_from(
@@ -143,12 +143,12 @@ def encode(
     kwargs = {"is_query": query or None, "options": options, "output_dtype": dtype}
     try:
         if url:
-            from engine.sync import Client
+            from engine.client.sync import Client
 
             with Client(url) as c:
                 results = c.encode(model, list(lines), **kwargs)
         else:
-            from engine.sync import Engine
+            from engine.runtime import Engine
 
             with Engine() as e:
                 results = e.encode(model, list(lines), **kwargs)
@@ -165,8 +165,7 @@ def models(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """List the model catalogue: tasks, outputs, dims and max length of each card."""
-    from engine.cards import Catalogue
-    from engine.runtime import model_info
+    from engine.catalogue.catalogue import Catalogue, model_info
 
     infos = [model_info(c, False) for c in Catalogue().known()]
     if as_json:
@@ -209,7 +208,7 @@ def tune(
 ) -> None:
     """Measure token budgets (and precisions) on this hardware; store the best profile for (model, device)."""
     from engine.errors import ShoalError
-    from engine.tune import tune_model
+    from engine.residency.tune import tune_model
 
     settings = settings_from(device=device, profile_store=store, model_dir=model_dir)
     grid = [int(b) for b in budgets.split(",")] if budgets else None
