@@ -140,7 +140,7 @@ def encode(
     if not lines:
         raise typer.BadParameter("no texts given (pass them as arguments or on stdin)")
     options = {"dimensions": dimensions} if dimensions else None
-    kwargs = {"is_query": query or None, "options": options, "output_dtype": dtype}
+    kwargs: dict[str, Any] = {"is_query": query or None, "options": options, "output_dtype": dtype}
     try:
         if url:
             from engine.client.sync import Client

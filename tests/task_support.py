@@ -26,7 +26,9 @@ def encode_task(card: ModelCard, texts: list[str], **params: Any) -> Task:
 def score_task(card: ModelCard, query: str, docs: list[str], **body: Any) -> Task:
     """A score task: query id 'q', candidates 'd0', 'd1', ...; extra wire fields (instruction, options)."""
     items = [{"id": f"d{i}", "text": d} for i, d in enumerate(docs)]
-    return annotate.score_task(card, parse_score({"query": {"id": "q", "text": query}, "items": items, **body}), SETTINGS)
+    return annotate.score_task(
+        card, parse_score({"query": {"id": "q", "text": query}, "items": items, **body}), SETTINGS
+    )
 
 
 def run(model: LoadedModel, task: Task, max_tokens: int = 8192, max_items: int = 256) -> Result:

@@ -73,8 +73,10 @@ def test_qwen3_card_instruction_and_last_token(tmp_path: Path) -> None:
     from tests.task_support import encode_task, run
 
     make("qwen3", "Model", tmp_path)
-    card = Catalogue().get(str(tmp_path)).model_copy(
-        update={"query_instruction": "instruct : ", "normalize": True, "pooling": "last"}
+    card = (
+        Catalogue()
+        .get(str(tmp_path))
+        .model_copy(update={"query_instruction": "instruct : ", "normalize": True, "pooling": "last"})
     )
     model = load_model(card, offline=True)
     out = run(model, encode_task(model.card, ["the capital of france"], options={"is_query": True}), 4096, 64)

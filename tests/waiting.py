@@ -7,7 +7,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 
-async def until(check: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0, what: str = "the condition") -> None:
+async def until(
+    check: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0, what: str = "the condition"
+) -> None:
     """Poll `check` (sync or async) until it holds; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -35,7 +35,9 @@ class Profile(BaseModel):
     max_batch_tokens: int = 8192
     max_batch_items: int = 256
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
-    lora: str | None = Field(default=None, description="LoRA adapter (a name in the card's `loras`) this profile applies")
+    lora: str | None = Field(
+        default=None, description="LoRA adapter (a name in the card's `loras`) this profile applies"
+    )
 
 
 class MultivectorSpec(BaseModel):
@@ -93,8 +95,8 @@ class ModelCard(BaseModel):
     family: Family = "bert"
     description: str = ""
     source: WeightSource = Field(default_factory=WeightSource)
-    tasks: list[TaskKind] = Field(default_factory=lambda: ["encode"])
-    outputs: list[OutputType] = Field(default_factory=lambda: ["dense"])
+    tasks: list[TaskKind] = ["encode"]  # pydantic copies mutable defaults per instance
+    outputs: list[OutputType] = ["dense"]
     dense_dim: int | None = None
     pooling: Pooling = "mean"
     normalize: bool = True

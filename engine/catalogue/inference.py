@@ -29,6 +29,16 @@ def read_json(path: Path) -> dict[str, Any] | list[Any] | None:
         raise ModelLoadFailed(f"{path} is not valid JSON: {e}") from e
 
 
+def read_object(path: Path) -> dict[str, Any]:
+    """A JSON object file ({} when absent); anything else is a load failure naming the file."""
+    data = read_json(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ModelLoadFailed(f"{path} is not a JSON object")
+    return data
+
+
 def _pooling_from_st(folder: Path) -> tuple[str | None, bool]:
     """Pooling mode and normalisation from a sentence-transformers modules.json, when present."""
     modules = read_json(folder / "modules.json")
@@ -40,7 +50,7 @@ def _pooling_from_st(folder: Path) -> tuple[str | None, bool]:
         if kind.endswith("Normalize"):
             normalize = True
         if kind.endswith("Pooling"):
-            cfg = read_json(folder / module.get("path", "1_Pooling") / "config.json") or {}
+            cfg = read_object(folder / module.get("path", "1_Pooling") / "config.json")
             if cfg.get("pooling_mode_cls_token"):
                 pooling = "cls"
             elif cfg.get("pooling_mode_lasttoken"):
@@ -62,7 +72,7 @@ def infer_card(folder: Path, model_id: str) -> ModelCard:
     if family is None:
         raise ModelLoadFailed(f"{folder}: architecture {model_type!r} is not supported yet")
     pooling, normalize = _pooling_from_st(folder)
-    st_cfg = read_json(folder / "sentence_bert_config.json") or {}
+    st_cfg = read_object(folder / "sentence_bert_config.json")
     positions = int(config.get("max_position_embeddings", 512))
     if family == "xlm_roberta":
         positions -= int(config.get("pad_token_id", 1)) + 1

@@ -81,6 +81,8 @@ class SyncFacade(Generic[C]):
         """Encode one item (returns one result) or a list (returns a list of results, in order)."""
         kw: dict[str, Any] = {"output_types": output_types, "instruction": instruction, "output_dtype": output_dtype}
         kw |= {"is_query": is_query, "options": options}
+        if isinstance(items, list):
+            return self._run(self._core.encode(model, items, **kw))
         return self._run(self._core.encode(model, items, **kw))
 
     def score(

@@ -98,5 +98,3 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return app
-
-

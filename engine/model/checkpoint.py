@@ -181,4 +181,3 @@ def load_modules(
         setattr(target, name, backbone.get_parameter(fam.token_embedding))
     module = module.to(device=device, dtype=dtype).eval().requires_grad_(False)
     return module.backbone, dict(module.heads.items())
-

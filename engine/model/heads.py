@@ -11,7 +11,7 @@ import numpy.typing as npt
 import torch
 from torch import Tensor, nn
 
-from engine.arch.heads import maxsim, splade_pool, term_weights
+from engine.arch.heads import MLMHead, maxsim, splade_pool, term_weights
 from engine.arch.layers import PackedBatch
 from engine.arch.pooling import POOLERS, l2_normalize, last_pool
 from engine.catalogue.cards import ModelCard
@@ -70,7 +70,9 @@ class CardHeads:
         assert spec is not None
         out = []
         if spec.kind == "splade":
-            for row in splade_pool(self.modules["mlm"], hidden, batch).float().cpu():  # [V]
+            mlm = self.modules["mlm"]
+            assert isinstance(mlm, MLMHead)
+            for row in splade_pool(mlm, hidden, batch).float().cpu():  # [V]
                 ids = torch.nonzero(row).squeeze(1)
                 out.append(_top_k(ids.numpy(), row[ids].numpy(), spec.top_k))
             return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_weights
@@ -20,7 +21,8 @@ def load_packed(spec: LoadSpec) -> PackedModel:
     """One of our backbones: build it and the card's heads, load the weights and the tokenizer."""
     card, folder = spec.card, spec.folder
     backbone, heads = load_modules(card.family, folder, spec.device, spec.precision.dtype, card.heads())
-    max_len = min(card.max_seq_len, int(backbone.config.max_len))
+    config: Any = backbone.config  # every family's backbone carries its typed config
+    max_len = min(card.max_seq_len, int(config.max_len))
     markers = card.multivector is not None and bool(card.multivector.query_marker or card.multivector.document_marker)
     tokenizer = TextTokenizer(load_tokenizer(folder, max_len - int(markers)), max_len)
     late = late_interaction(card, tokenizer)

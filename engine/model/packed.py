@@ -8,7 +8,7 @@ packed forward pass with each sequence's LoRA adapter (`forward`), and apply the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -62,16 +62,21 @@ class PackedModel:
         return self.tokenizer.max_len
 
     @property
+    def config(self) -> Any:
+        """The backbone's typed config (each family's own dataclass)."""
+        return self.backbone.config
+
+    @property
     def dense_dim(self) -> int:
-        return int(self.backbone.config.hidden_size)
+        return int(self.config.hidden_size)
 
     @property
     def vocab_size(self) -> int:
-        return int(self.backbone.config.vocab_size)
+        return int(self.config.vocab_size)
 
     @property
     def uses_token_types(self) -> bool:
-        return int(getattr(self.backbone.config, "type_vocab_size", 0)) > 1
+        return int(getattr(self.config, "type_vocab_size", 0)) > 1
 
     @property
     def dtype(self) -> torch.dtype:
@@ -111,7 +116,7 @@ class PackedModel:
         return adapter
 
     def pack(self, seqs: Sequences) -> PackedBatch:
-        items = [s if isinstance(s, Encoded) else Encoded(list(s)) for s in seqs]
+        items = _encoded(seqs)
         types = [s.type_ids or [0] * len(s.ids) for s in items] if any(s.type_ids for s in items) else None
         keys = [len(s.ids) if s.keys is None else s.keys for s in items]
         return PackedBatch.from_token_lists([s.ids for s in items], self.device, types, keys)
@@ -120,8 +125,9 @@ class PackedModel:
     def forward(self, seqs: Sequences) -> tuple[Tensor, PackedBatch]:
         """Last hidden state of every token, each sequence through its own LoRA adapter (if any).
         -> [T, hidden] in the model's dtype, with the packed batch."""
-        batch = self.pack(seqs)
-        names = [s.lora if isinstance(s, Encoded) else None for s in seqs]
+        items = _encoded(seqs)
+        batch = self.pack(items)
+        names = [s.lora for s in items]
         if self.mixed_adapters == "per_row" or len(set(names)) <= 1:
             with lora.active(self._adapters(names), batch):
                 return self.backbone(batch), batch
@@ -129,7 +135,7 @@ class PackedModel:
         out: Tensor | None = None
         for name in dict.fromkeys(names):  # one forward per adapter, rows written back in place
             idx = [i for i, n in enumerate(names) if n == name]
-            part = self.pack([seqs[i] for i in idx])  # type: ignore[misc]
+            part = self.pack([items[i] for i in idx])
             with lora.active(self._adapters([name] * len(idx)), part):
                 hidden = self.backbone(part)
             if out is None:
@@ -148,3 +154,7 @@ class PackedModel:
         """Pooled, not yet normalised sentence vectors. -> [B, hidden] float32 on CPU."""
         hidden, batch = self.forward(seqs)
         return self.heads.pooled(hidden, batch)
+
+
+def _encoded(seqs: Sequences) -> list[Encoded]:
+    return [s if isinstance(s, Encoded) else Encoded(list(s)) for s in seqs]

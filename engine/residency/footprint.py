@@ -66,4 +66,3 @@ def total_memory(device: str) -> int:
     if device.startswith("cuda") and torch.cuda.is_available():
         return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-

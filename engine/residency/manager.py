@@ -227,7 +227,9 @@ class ResidencyManager:
         folder: Path = await asyncio.to_thread(resolve_weights, card, self.offline)
         card = self._tuned(card)
         precision = device_profile(card, self.device)
-        weights, reserve = footprint.estimate(folder, precision.profile.max_batch_tokens, card.max_seq_len, precision.dtype)
+        weights, reserve = footprint.estimate(
+            folder, precision.profile.max_batch_tokens, card.max_seq_len, precision.dtype
+        )
         need = weights + reserve
         await self._make_room(need, exclude=card.id)
         self._reserved += need

@@ -56,7 +56,7 @@ def encode_task(card: ModelCard, req: EncodeRequest, settings: EngineSettings, t
     card_prefix = card.query_instruction if is_query else card.document_instruction
     params = EncodeParams(
         output_types=tuple(p.output_types),
-        output_dtype=p.output_dtype,  # type: ignore[arg-type]  # validated against OUTPUT_DTYPES
+        output_dtype=p.output_dtype,  # validated against OUTPUT_DTYPES
         prefix=(p.instruction if p.instruction is not None else card_prefix) or "",
         is_query=is_query,
         normalize=card.normalize if opts.normalize is None else opts.normalize,

@@ -40,7 +40,7 @@ class EncodeRequestParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    output_types: list[Literal["dense", "sparse", "multivector"]] = Field(default_factory=lambda: ["dense"])
+    output_types: list[Literal["dense", "sparse", "multivector"]] = ["dense"]  # pydantic copies defaults
     instruction: str | None = None
     output_dtype: str = "float32"
     options: EncodeOptions = Field(default_factory=EncodeOptions)

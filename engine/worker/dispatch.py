@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from engine.errors import InvalidInput, ShoalError
@@ -57,7 +58,7 @@ def run_tasks(
             model,
             [(tasks[i], p) for i, p in ready],
             limits,
-            lambda items, tokens, kind=kind: on_batch(kind, items, tokens),
+            partial(on_batch, kind),
         )
         done = time.perf_counter()
         for (i, _), result in zip(ready, results, strict=True):

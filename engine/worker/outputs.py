@@ -49,7 +49,12 @@ def dense(params: EncodeParams, pooled: torch.Tensor) -> list[dict[str, Any]]:
 def multivector(params: EncodeParams, rows: list[torch.Tensor]) -> list[dict[str, Any]]:
     dtype = params.output_dtype
     return [
-        {"token_dims": int(r.shape[1]), "num_tokens": int(r.shape[0]), "dtype": dtype, "values": quantize(r.numpy(), dtype)}
+        {
+            "token_dims": int(r.shape[1]),
+            "num_tokens": int(r.shape[0]),
+            "dtype": dtype,
+            "values": quantize(r.numpy(), dtype),
+        }
         for r in rows
     ]
 

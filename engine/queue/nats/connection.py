@@ -30,7 +30,7 @@ async def connect(settings: EngineSettings, name: str) -> tuple[NATS, JetStreamC
         settings.queue_url or "nats://127.0.0.1:4222",
         name=name,
         max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
+        reconnect_time_wait=0.5,  # type: ignore[arg-type]  # nats-py annotates int; it sleeps any float
         connect_timeout=5,
         error_cb=on_error,
     )

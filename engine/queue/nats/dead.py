@@ -55,7 +55,7 @@ async def on_max_deliveries(nc: NATS, js: JetStreamContext, settings: EngineSett
         raw = await js.get_msg(stream, seq)
     except nats.js.errors.NotFoundError:
         return  # already handled (another gateway, or a worker's last attempt)
-    env = unpackb(raw.data)
+    env = unpackb(raw.data or b"")
     task = Task.from_wire(env["task"])
     n = info.get("deliveries", settings.queue_max_deliver)
     error = InternalError(
