@@ -6,8 +6,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -120,12 +120,10 @@ class Worker:
             async with self.registry.use(model, self.settings.load_wait_s) as loaded:  # not evicted while held
                 profile = loaded.precision.profile
                 budget = max(self.settings.max_batch_tokens or profile.max_batch_tokens, loaded.max_len)
-                hook: Callable[[str, int, int], None] = lambda kind, items, tokens: self.stats.record(  # noqa: E731
-                    model, kind, items, tokens
-                )
+                count = partial(self.stats.record, model)  # (kind, items, tokens) of each forward batch
 
                 def run(tasks: list[Task], tokens: int) -> list[Outcome]:
-                    return run_tasks(loaded, tasks, BatchLimits(tokens, profile.max_batch_items), hook, now)
+                    return run_tasks(loaded, tasks, BatchLimits(tokens, profile.max_batch_items), count, now)
 
                 outcomes = await run_resilient(  # out of memory: evict others and retry, then split
                     run,
