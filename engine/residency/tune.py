@@ -117,7 +117,7 @@ def tune(
         dtypes = ["float32", "float16"] + (["bfloat16"] if cuda and torch.cuda.is_bf16_supported() else [])
         dtypes = dtypes if cuda else ["float32"]
     seqs = synthetic_workload(loaded.vocab_size, max_len, requests)
-    max_items = loaded.card.profile(None).max_batch_items
+    max_items = loaded.precision.profile.max_batch_items
     original = loaded.dtype
     rows: list[dict[str, Any]] = []
     try:

@@ -7,9 +7,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from engine.errors import InvalidInput
+from engine.tasks.task import OUTPUT_DTYPES
 
 UNSUPPORTED_MEDIA = ("images", "image", "audio", "video")
-OUTPUT_DTYPES = ("float32", "float16", "int8", "binary")
 
 
 class Item(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,6 +17,7 @@ from engine.catalogue.cards import TaskKind
 
 OutputType = Literal["dense", "sparse", "multivector"]
 OutputDtype = Literal["float32", "float16", "int8", "binary"]
+OUTPUT_DTYPES: tuple[str, ...] = get_args(OutputDtype)
 
 
 class TaskItem(BaseModel):

@@ -11,8 +11,7 @@ import torch
 from engine.arch.pooling import l2_normalize
 from engine.errors import InvalidInput
 from engine.model.heads import Sparse
-from engine.tasks.requests import OUTPUT_DTYPES
-from engine.tasks.task import EncodeParams
+from engine.tasks.task import OUTPUT_DTYPES, EncodeParams
 
 
 def truncate_dims(x: torch.Tensor, dims: int | None, full: int) -> torch.Tensor:
