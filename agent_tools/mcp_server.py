@@ -65,7 +65,7 @@ def build_server(ctx: ToolContext) -> Any:
 async def open_client(settings: ToolSettings, stack: AsyncExitStack) -> Any:
     """The shoal client the tools use: a server at engine_url, else an in-process engine."""
     if settings.engine_url:
-        from engine.client import AsyncClient
+        from engine.client.http import AsyncClient
 
         return await stack.enter_async_context(AsyncClient(settings.engine_url, api_key=settings.api_key))
     from engine.runtime import AsyncEngine

@@ -100,7 +100,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from engine.tokenize import tokenizer_for
+    from engine.model.tokenizer import tokenizer_for
 
     texts = load_corpus(args.limit)
     tokens = sum(map(len, tokenizer_for(MODEL)(texts, truncate=True)))

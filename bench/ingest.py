@@ -69,7 +69,7 @@ def run_pipeline(folder: Path, db: Path, engine) -> dict:  # noqa: ANN001
 def run_sequential(folder: Path, db: Path, engine) -> dict:  # noqa: ANN001
     """The baseline: one file at a time, parse, chunk, embed, write; no overlap, no batching across files."""
     from connectors import CollectionSpec, open_store
-    from engine.tokenize import tokenizer_for
+    from engine.model.tokenizer import tokenizer_for
     from pipeline.chunking import Chunker
     from pipeline.config import ChunkConfig
     from pipeline.parsers import parse
@@ -115,7 +115,7 @@ def run_llamaindex(folder: Path, db: Path, threads: int | None, python: str) -> 
 
 def scaling(sizes: list[float]) -> dict:
     from bench.ingest_scaling import HEADER, cost_ratios, measure
-    from engine.tokenize import tokenizer_for
+    from engine.model.tokenizer import tokenizer_for
     from pipeline.chunking import Chunker
     from pipeline.config import ChunkConfig
 

@@ -35,10 +35,10 @@ def main() -> None:
     import torch
     from transformers import BertModel
 
-    from engine import lora
-    from engine.cards import Catalogue
-    from engine.lora import LoraCache
-    from engine.runner import Encoded, load_model
+    from engine.catalogue.catalogue import Catalogue
+    from engine.model.loader import load_model
+    from engine.model.lora import AdapterCache
+    from engine.model.sequences import Encoded
     from tests.helpers import make_tiny_bert
 
     torch.set_num_threads(args.threads)
@@ -53,18 +53,17 @@ def main() -> None:
                 r=8, lora_alpha=16, target_modules=["query", "value", "dense"], init_lora_weights=False
             )
             peft.get_peft_model(hf, cfg).save_pretrained(str(Path(tmp) / "adapters" / name))
-        loaded = load_model(Catalogue().get(str(base)), "cpu", True)
-        loaded.lora = LoraCache(8, Path(tmp) / "adapters")
+        loaded = load_model(Catalogue().get(str(base)), "cpu", True, AdapterCache(8, Path(tmp) / "adapters"))
         tags = [rng.choice([*names, None]) for _ in range(args.rows)]
         seqs = [[rng.randrange(5, 100) for _ in range(rng.randint(8, 120))] for _ in range(args.rows)]
         mixed = [Encoded(s, lora=t) for s, t in zip(seqs, tags, strict=True)]
 
         def per_row() -> None:
-            lora.MIXED = "per_row"
+            loaded.mixed_adapters = "per_row"
             loaded.embed(mixed)
 
         def grouped() -> None:
-            lora.MIXED = "grouped"
+            loaded.mixed_adapters = "grouped"
             loaded.embed(mixed)
 
         timings = {}

@@ -4,7 +4,7 @@
     vs a router pushing with worker-state snapshots refreshed every T ms (and round-robin); utilisation,
     throughput and p99 latency as T and request size vary. A model of the system, not a measurement.
 (b) Real processes: `shoal serve --queue` + 2 `shoal worker` over nats-server, vs the same engine as 2
-    `shoal serve` backends behind engine/push_router.py (round-robin); the same seeded request stream
+    `shoal serve` backends behind bench/push_router.py (round-robin); the same seeded request stream
     from C concurrent clients; throughput and p50/p99 latency as measured here.
 
     .venv/bin/python bench/pull_vs_push.py [--requests 800] [--clients 16] [--tiny] [--sim-only]
@@ -145,7 +145,7 @@ def run_real(model: str, requests: int, clients: int) -> dict:
             ns.stop()
     backends = [LiveServer(args=["--threads", "1", "--preload", model]) for _ in range(2)]
     port = free_port()
-    cmd = [sys.executable, "-m", "engine.push_router", "--port", str(port)]
+    cmd = [sys.executable, "-m", "bench.push_router", "--port", str(port)]
     router = subprocess.Popen(cmd + [a for b in backends for a in ("--backend", b.url)], cwd=ROOT)
     try:
         for b in backends:

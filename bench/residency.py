@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -102,29 +101,27 @@ async def run(name: str, models: list[str], stream: list, fits: float, host_fits
         started = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(conc)))
         wall = time.perf_counter() - started
-        reg = engine.registry
-        disk = [r.seconds for r in reg.records if r.source == "disk"]
-        host = [r.seconds for r in reg.records if r.source == "host"]
+        book = engine.registry.ledger
         return {
             "run": name,
             "requests": len(stream),
             "requests_per_s": len(stream) / wall,
             "p50_ms": pct(latencies, 0.5) * 1000,
             "p99_ms": pct(latencies, 0.99) * 1000,
-            "disk_loads": len(disk),
-            "host_swap_ins": len(host),
-            "evictions": len(reg.evictions),
-            "disk_load_ms_mean": statistics.mean(disk) * 1000 if disk else None,
-            "host_swap_in_ms_mean": statistics.mean(host) * 1000 if host else None,
-            "disk_bytes_read": reg.disk_bytes_read,
+            "disk_loads": book.loads,
+            "host_swap_ins": book.swap_ins,
+            "evictions": book.evicted,
+            "disk_load_ms_mean": book.seconds["disk"] / book.loads * 1000 if book.loads else None,
+            "host_swap_in_ms_mean": book.seconds["host"] / book.swap_ins * 1000 if book.swap_ins else None,
+            "disk_bytes_read": book.disk_bytes_read,
         }
 
 
 def copy_ratio(model: str, repeat: int = 5) -> dict:
     """What a host->device copy costs where the device is not the host (CUDA): a full copy of the
     weights in memory, timed against a cold load of the same model from disk."""
-    from engine.cards import Catalogue
-    from engine.runner import load_model
+    from engine.catalogue.catalogue import Catalogue
+    from engine.model.loader import load_model
 
     card = Catalogue().get(model)
     disk, copy = [], []

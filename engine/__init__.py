@@ -1,1 +1,2 @@
-"""shoal inference engine: catalogue, loading, batching, workers, queues, HTTP gateway."""
+"""shoal's inference engine, one room per subpackage (docs/architecture.md): http, tasks, queue, worker, model,
+catalogue, residency, arch, client; runtime.py composes them."""

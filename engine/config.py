@@ -28,8 +28,12 @@ class EngineSettings(BaseSettings):
     preload: list[str] = Field(default_factory=list, description="models loaded at start-up")
     offline: bool | None = Field(default=None, description="never download; None follows HF_HUB_OFFLINE")
     # residency (engine/residency.py): tiers, budgets, waits; LoRA adapters; tuned profiles
-    device_budget: ByteSize | None = Field(default=None, description="bytes of models on the device ('4GB'); None: 80% of it")
-    host_budget: ByteSize | None = Field(default=None, description="bytes of demoted models in host RAM; None: 25% of RAM")
+    device_budget: ByteSize | None = Field(
+        default=None, description="bytes of models on the device ('4GB'); None: 80% of it"
+    )
+    host_budget: ByteSize | None = Field(
+        default=None, description="bytes of demoted models in host RAM; None: 25% of RAM"
+    )
     load_wait_s: float = Field(default=30.0, description="how long a request waits for its model to load before a 503")
     evict_wait_s: float = Field(default=30.0, description="how long a load waits for in-use models to free room")
     idle_ttl_s: float | None = Field(default=None, description="demote (then drop) models unused this long")

@@ -34,7 +34,10 @@ def _encode_numpy(obj: Any) -> Any:
 def _decode_numpy(obj: dict[Any, Any]) -> Any:
     if b"nd" not in obj and "nd" not in obj:
         return obj
-    get = lambda k: obj.get(k.encode(), obj.get(k))  # noqa: E731 - keys may be bytes or str
+
+    def get(key: str) -> Any:  # keys may be bytes or str
+        return obj.get(key.encode(), obj.get(key))
+
     dtype = np.dtype(get("type"))
     if dtype.kind not in _NUMERIC_KINDS or get("kind") not in (b"", ""):
         raise InvalidInput("only numeric numpy arrays are accepted in msgpack bodies")

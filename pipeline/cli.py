@@ -230,7 +230,7 @@ def search_command(
         raise typer.BadParameter(f"mode must be one of {', '.join(MODES)}")
     client = None
     if url:
-        from engine.client import AsyncClient
+        from engine.client.http import AsyncClient
 
         client = AsyncClient(url)
     try:

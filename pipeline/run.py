@@ -77,7 +77,7 @@ def manifest_for(store: VectorStore, state: str | None = None) -> ManifestLike:
 def open_client(cfg: PipelineConfig) -> Any:
     """The in-process async engine by default, or an AsyncClient for `engine.url`."""
     if cfg.engine.url:
-        from engine.client import AsyncClient
+        from engine.client.http import AsyncClient
 
         return AsyncClient(cfg.engine.url, api_key=cfg.engine.api_key)
     from engine.runtime import AsyncEngine
@@ -105,7 +105,7 @@ class IngestRun:
 
     async def prepare(self) -> None:
         """Everything that can fail on the config fails here, before a file is read."""
-        from engine.tokenize import tokenizer_for
+        from engine.model.tokenizer import tokenizer_for
 
         infos = await self.enricher.validate()
         tok_model = self.cfg.chunking.tokenizer or self.cfg.dense.model

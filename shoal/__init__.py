@@ -1,10 +1,41 @@
-"""shoal: many small task-specific models served from one engine. Public SDK re-exports."""
+"""shoal: many small task-specific models served from one engine. Public SDK re-exports.
 
-from engine.client import AsyncClient
-from engine.config import EngineSettings
-from engine.errors import ShoalError
-from engine.runtime import AsyncEngine
-from engine.sync import Client, Engine
+The re-exports resolve on first use, so `import shoal` stays light (no torch, no transformers): the HTTP
+client never needs them, and the in-process engine imports them when it is first touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.client.http import AsyncClient
+    from engine.client.sync import Client
+    from engine.config import EngineSettings
+    from engine.errors import ShoalError
+    from engine.runtime import AsyncEngine, Engine
 
 __all__ = ["AsyncClient", "AsyncEngine", "Client", "Engine", "EngineSettings", "ShoalError"]
 __version__ = "0.1.0"
+
+_HOMES = {
+    "AsyncClient": "engine.client.http",
+    "Client": "engine.client.sync",
+    "EngineSettings": "engine.config",
+    "ShoalError": "engine.errors",
+    "AsyncEngine": "engine.runtime",
+    "Engine": "engine.runtime",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'shoal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -68,7 +68,7 @@ def serve(
 
     from agent_tools.config import ToolSettings
     from agent_tools.http import tools_router
-    from engine.gateway import create_app
+    from engine.http.app import create_app
     from engine.runtime import AsyncEngine
 
     settings = settings_from(
@@ -87,7 +87,7 @@ def serve(
     )
     engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
     http = create_app(engine)
-    tools = ToolSettings(**({"taxonomies": named_taxonomies(taxonomy)} if taxonomy else {}))
+    tools = ToolSettings(taxonomies=named_taxonomies(taxonomy)) if taxonomy else ToolSettings()
     http.include_router(tools_router(engine, tools))  # GET /v1/tools, POST /v1/tools/{name}
     uvicorn.run(http, host=host, port=port, log_level=log_level)
 
@@ -148,15 +148,15 @@ def encode(
     if not lines:
         raise typer.BadParameter("no texts given (pass them as arguments or on stdin)")
     options = {"dimensions": dimensions} if dimensions else None
-    kwargs = {"is_query": query or None, "options": options, "output_dtype": dtype}
+    kwargs: dict[str, Any] = {"is_query": query or None, "options": options, "output_dtype": dtype}
     try:
         if url:
-            from engine.sync import Client
+            from engine.client.sync import Client
 
             with Client(url) as c:
                 results = c.encode(model, list(lines), **kwargs)
         else:
-            from engine.sync import Engine
+            from engine.runtime import Engine
 
             with Engine() as e:
                 results = e.encode(model, list(lines), **kwargs)
@@ -173,8 +173,7 @@ def models(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """List the model catalogue: tasks, outputs, dims and max length of each card."""
-    from engine.cards import Catalogue
-    from engine.runtime import model_info
+    from engine.catalogue.catalogue import Catalogue, model_info
 
     infos = [model_info(c, False) for c in Catalogue().known()]
     if as_json:
@@ -218,7 +217,7 @@ def tune(
 ) -> None:
     """Measure token budgets (and precisions) on this hardware; store the best profile for (model, device)."""
     from engine.errors import ShoalError
-    from engine.tune import tune_model
+    from engine.residency.tune import tune_model
 
     settings = settings_from(device=device, profile_store=store, model_dir=model_dir)
     grid = [int(b) for b in budgets.split(",")] if budgets else None

@@ -1,4 +1,4 @@
-"""Shared bits of the residency tests: four tiny models and a budget that fits a given number of them."""
+"""Shared bits of the residency tests: four tiny models, a budget that fits a given number of them, a gated loader."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 
 import torch
 
-from engine import footprint
-from engine.cards import Catalogue
-from engine.runner import load_model
+from engine.catalogue.catalogue import Catalogue
+from engine.model.loaded import LoadedModel, LoadSpec
+from engine.model.loader import load
+from engine.residency import footprint
 from tests.helpers import make_tiny_bert
 
 
@@ -27,10 +28,14 @@ def budget_for(model: str, count: float) -> int:
 
 
 class GatedLoader:
-    """load_model that counts its calls and, when gated, blocks until `open()`."""
+    """The engine's loader, counting its calls; when gated, each call blocks until `open()`.
+
+    `entered` is set once a load has started (and is waiting at the gate), so tests wait on that instead of
+    sleeping."""
 
     def __init__(self, gated: bool = False) -> None:
         self.calls = 0
+        self.entered = threading.Event()
         self.gate = threading.Event()
         if not gated:
             self.gate.set()
@@ -38,7 +43,8 @@ class GatedLoader:
     def open(self) -> None:
         self.gate.set()
 
-    def __call__(self, card, device, offline):  # noqa: ANN001 - the Loader signature
+    def __call__(self, spec: LoadSpec) -> LoadedModel:
         self.calls += 1
-        self.gate.wait(30)
-        return load_model(card, device, offline)
+        self.entered.set()
+        assert self.gate.wait(60), "the test never opened the gate"
+        return load(spec)

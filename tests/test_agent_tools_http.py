@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 import agent_tools
 from agent_tools.config import ToolSettings
 from agent_tools.http import tools_router
-from engine.gateway import create_app
+from engine.http.app import create_app
 from engine.runtime import AsyncEngine
 from tests.agent_tools_support import PRODUCTS
 from tests.helpers import REPO, LiveServer, free_port

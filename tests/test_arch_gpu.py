@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.cards import Catalogue, ModelCard
-from engine.runner import load_model
+from engine.catalogue.cards import ModelCard
+from engine.catalogue.catalogue import Catalogue
+from engine.model.loader import load_model
 from tests.tiny_models import make, random_ids
 
 pytestmark = [
@@ -24,8 +25,8 @@ def test_cuda_backbone_matches_cpu(family: str, tmp_path: Path) -> None:
     card = Catalogue().get(str(tmp_path))
     cpu, gpu = load_model(card, "cpu"), load_model(card, "cuda")
     seqs = random_ids(seed=4)
-    want = cpu.hidden_states(seqs)[0]
-    got = gpu.hidden_states(seqs)[0].cpu()  # the default profile is float32 on CUDA too
+    want = cpu.forward(seqs)[0].float()
+    got = gpu.forward(seqs)[0].float().cpu()  # the default profile is float32 on CUDA too
     assert (got - want).abs().max().item() <= 2e-3, family
 
 
@@ -41,15 +42,15 @@ def test_cuda_colbert_query_expansion(tmp_path: Path) -> None:
     )
     cpu, gpu = load_model(card, "cpu"), load_model(card, "cuda")
     seqs = cpu.encode_texts(["the capital of france", "a"], truncate=True, is_query=True)
-    want = cpu.hidden_states(seqs)[0]
-    got = gpu.hidden_states(seqs)[0].cpu()
+    want = cpu.forward(seqs)[0].float()
+    got = gpu.forward(seqs)[0].float().cpu()
     assert (got - want).abs().max().item() <= 2e-3
 
 
 @pytest.mark.parametrize("family", ["modernbert", "qwen3"])
 def test_cuda_half_precision_flash_path(family: str, tmp_path: Path) -> None:
     """fp16 takes flash-attn's varlen kernel when installed (window_size for ModernBERT's local layers)."""
-    from engine.cards import Profile
+    from engine.catalogue.cards import Profile
 
     make(family, "Model", tmp_path)
     card = Catalogue().get(str(tmp_path))
@@ -58,6 +59,6 @@ def test_cuda_half_precision_flash_path(family: str, tmp_path: Path) -> None:
     )
     cpu, gpu = load_model(card, "cpu"), load_model(card, "cuda")
     seqs = random_ids(seed=5)
-    want = cpu.hidden_states(seqs)[0]
-    got = gpu.hidden_states(seqs)[0].cpu()
+    want = cpu.forward(seqs)[0].float()
+    got = gpu.forward(seqs)[0].float().cpu()
     assert torch.nn.functional.cosine_similarity(got, want, dim=-1).min().item() > 0.999

@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.cards import Catalogue
-from engine.runner import LoadedModel, load_model
+from engine.catalogue.catalogue import Catalogue
+from engine.model.loader import load_model
+from engine.model.packed import PackedModel
 from tests.tiny_models import make, random_ids
 
 ATOL = 1e-4
 
 
-def load_folder(folder: Path) -> LoadedModel:
+def load_folder(folder: Path) -> PackedModel:
     return load_model(Catalogue().get(str(folder)), offline=True)
 
 
@@ -34,7 +35,7 @@ def test_backbone_matches_transformers(family: str, tmp_path: Path) -> None:
     ref = make(family, "Model", tmp_path)
     model = load_folder(tmp_path)
     seqs = random_ids(seed=1)
-    hidden, batch = model.hidden_states(seqs)
+    hidden, batch = model.forward(seqs)
     assert hidden.shape[0] == sum(len(s) for s in seqs)  # packed: exactly the real tokens
     bounds = batch.cu_seqlens.tolist()
     for ids, start, end in zip(seqs, bounds[:-1], bounds[1:], strict=True):
@@ -51,7 +52,7 @@ def test_modernbert_local_window_matters(tmp_path: Path) -> None:
     ref.config._attn_implementation = "sdpa"  # a second reference implementation of the sliding mask
     with torch.no_grad():
         want = ref(input_ids=torch.tensor([ids])).last_hidden_state[0]
-    assert (model.hidden_states([ids])[0] - want).abs().max().item() <= ATOL
+    assert (model.forward([ids])[0].float() - want).abs().max().item() <= ATOL
 
 
 @pytest.mark.parametrize(("family", "pooling"), [("qwen3", "last"), ("llama", "last"), ("xlm_roberta", "cls")])
@@ -69,16 +70,16 @@ def test_pooled_embeddings(family: str, pooling: str, tmp_path: Path) -> None:
 
 def test_qwen3_card_instruction_and_last_token(tmp_path: Path) -> None:
     """Qwen3-Embedding style: query instruction prefix from the card, last-token pooling, normalised."""
-    from engine.encoding import run_encode
-    from engine.queue import Task
+    from tests.task_support import encode_task, run
 
     make("qwen3", "Model", tmp_path)
-    card = Catalogue().get(str(tmp_path)).model_copy(
-        update={"query_instruction": "instruct : ", "normalize": True, "pooling": "last"}
+    card = (
+        Catalogue()
+        .get(str(tmp_path))
+        .model_copy(update={"query_instruction": "instruct : ", "normalize": True, "pooling": "last"})
     )
     model = load_model(card, offline=True)
-    task = Task("m", "encode", [{"text": "the capital of france"}], {"options": {"is_query": True}}, 10, 1e12)
-    [out] = run_encode(model, [task], 4096, 64)
+    out = run(model, encode_task(model.card, ["the capital of france"], options={"is_query": True}), 4096, 64)
     vec = torch.from_numpy(out["items"][0]["dense"]["values"])
     ids = model.tokenizer(["instruct : the capital of france"], truncate=True)
     want = torch.nn.functional.normalize(model.embed(ids)[0], dim=-1)

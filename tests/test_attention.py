@@ -30,7 +30,9 @@ def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, windo
 LENGTHS = [1, 1, 4, 4, 4, 9, 2, 2, 9]
 
 
-@pytest.mark.parametrize(("causal", "window", "kv_heads"), [(False, None, 4), (True, None, 2), (False, 2, 4), (True, 3, 1)])
+@pytest.mark.parametrize(
+    ("causal", "window", "kv_heads"), [(False, None, 4), (True, None, 2), (False, 2, 4), (True, 3, 1)]
+)
 def test_varlen_attention_matches_naive(causal: bool, window: int | None, kv_heads: int) -> None:
     torch.manual_seed(0)
     batch = PackedBatch.from_token_lists([[1] * n for n in LENGTHS])

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.batching import pack_by_budget
 from engine.config import EngineSettings
+from engine.model.packing import pack_by_budget
 from engine.runtime import AsyncEngine
 
 
@@ -43,17 +43,18 @@ async def test_concurrent_callers_share_batches_under_budget(tiny_bert: Path) ->
         model = str(tiny_bert)
         # reference: each caller alone
         alone = {c: await eng.encode(model, _texts(c, 6)) for c in range(12)}
-        alone_batches = len(eng.worker.stats.batches)
-        eng.worker.stats.batches.clear()
+        stats = eng.worker.stats
+        alone_batches = stats.batches
         together = await asyncio.gather(*(eng.encode(model, _texts(c, 6)) for c in range(12)))
-        batches = list(eng.worker.stats.batches)
+        batches = list(stats.recent)[alone_batches:]  # the window holds every batch of this short test
+        assert stats.batches == alone_batches + len(batches)
     assert batches, "the worker recorded no batches"
-    assert all(tokens <= budget for _, _, tokens in batches)
-    total_items = sum(items for _, items, _ in batches)
+    assert all(b.tokens <= budget for b in batches)
+    total_items = sum(b.items for b in batches)
     assert total_items == 12 * 6
     # shared: fewer batches than the callers needed alone, and some batch holds more than one caller's items
     assert len(batches) < alone_batches
-    assert max(items for _, items, _ in batches) > 6
+    assert max(b.items for b in batches) > 6
     for c, results in enumerate(together):
         for got, want in zip(results, alone[c], strict=True):
             np.testing.assert_allclose(got["dense"], want["dense"], atol=1e-5)
@@ -76,4 +77,4 @@ async def test_budget_below_max_len_is_raised_to_fit_one_sequence(tiny_bert: Pat
         long = " ".join(["cat"] * 500)
         r = await eng.encode(str(tiny_bert), [long, "dog"])
         assert len(r) == 2
-        assert all(t <= max(budget, 64) for _, _, t in eng.worker.stats.batches)
+        assert all(b.tokens <= max(budget, 64) for b in eng.worker.stats.recent)

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from transformers import BertModel
 
-from engine.cards import Catalogue
-from engine.runner import load_model
+from engine.catalogue.catalogue import Catalogue
+from engine.model.loader import load_model
 from tests.helpers import make_tiny_bert
 
 TEXTS = [

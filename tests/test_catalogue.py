@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.cards import Catalogue, ModelCard, WeightSource
+from engine.catalogue.cards import ModelCard, WeightSource
+from engine.catalogue.catalogue import Catalogue
+from engine.catalogue.weights import resolve_weights
 from engine.errors import InvalidInput, ModelLoadFailed, ModelNotFound
-from engine.runner import load_model
-from engine.weights import resolve_weights
+from engine.model.loader import load_model
 from tests.conftest import MINILM
 from tests.helpers import make_tiny_bert
 

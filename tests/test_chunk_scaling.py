@@ -56,7 +56,7 @@ def assert_linear(small: int, large: int, what: str) -> None:
 
 @pytest.fixture(scope="module")
 def chunker() -> Chunker:
-    from engine.tokenize import tokenizer_for
+    from engine.model.tokenizer import tokenizer_for
 
     tok = tokenizer_for(MODEL)
     return Chunker(tok.tokenizer, tok.max_len, ChunkConfig(target_tokens=120, overlap_tokens=24))

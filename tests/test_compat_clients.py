@@ -79,7 +79,12 @@ def test_openai_client_embeddings(server: LiveServer, engine: object) -> None:
     assert [d.index for d in resp.data] == [0, 1, 2]
     for d, ref in zip(resp.data, want, strict=True):
         np.testing.assert_allclose(np.array(d.embedding, dtype=np.float32), ref["dense"], atol=1e-6)
-    assert resp.usage.prompt_tokens > 0
+    # usage counts the tokens the model read: each text with its special tokens, as MiniLM's tokenizer gives them
+    from engine.model.tokenizer import tokenizer_for
+
+    tokens = sum(len(ids) for ids in tokenizer_for(MINILM)(TEXTS, truncate=True))
+    assert tokens > len(TEXTS) * 2  # more than the special tokens alone
+    assert resp.usage.prompt_tokens == tokens and resp.usage.total_tokens == tokens
 
     short = client.embeddings.create(model=MINILM, input=TEXTS[0], dimensions=128)
     assert len(short.data[0].embedding) == 128

@@ -10,8 +10,8 @@ import re
 import pytest
 import yaml
 
-from engine.cards import ModelCard
-from engine.nats_delivery import subject_token
+from engine.catalogue.cards import ModelCard
+from engine.queue.nats.subjects import subject_token
 from tests.deploy_support import CHART, DEPLOY, gpu_values, manifests, of_kind, render_chart
 
 KEDA_TRIGGER_KEYS = {"natsServerMonitoringEndpoint", "account", "stream", "consumer", "lagThreshold",
@@ -74,7 +74,7 @@ def test_one_scaled_object_per_pool_on_its_models_consumers():
         for trigger, model in zip(triggers, pool["models"], strict=True):
             meta = trigger["metadata"]
             assert set(meta) == KEDA_TRIGGER_KEYS
-            assert meta["consumer"] == f"work-{subject_token(model)}"  # the name engine/nats_queue.py gives it
+            assert meta["consumer"] == f"work-{subject_token(model)}"  # the name engine/queue/nats/subjects.py gives it
             assert meta["stream"] == "SHOAL_WORK" and meta["account"] == "$G"
             assert meta["natsServerMonitoringEndpoint"] == "rel-shoal-nats.shoal-test.svc.cluster.local:8222"
             assert all(isinstance(v, str) for v in meta.values()), "KEDA metadata values are strings"

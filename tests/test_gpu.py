@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.cards import Catalogue
-from engine.runner import load_model
+from engine.catalogue.catalogue import Catalogue
+from engine.model.loader import load_model
 
 pytestmark = [
     pytest.mark.gpu,

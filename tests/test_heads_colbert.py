@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from engine.cards import ModelCard
-from engine.encoding import run_encode
-from engine.queue import Task
-from engine.runner import LoadedModel, load_model
+from engine.catalogue.cards import ModelCard
+from engine.model.loader import load_model
+from engine.model.packed import PackedModel
+from tests.task_support import encode_task, run
 from tests.tiny_models import CLS, MASK, SEP, VOCAB, make
 
 QUERIES = ["the capital of france ?", "paris"]
@@ -27,10 +27,9 @@ DOCS = ["paris is the capital of france.", "a", "the dog, the cat and the bird; 
 ATOL = 1e-4
 
 
-def encode(model: LoadedModel, texts: list[str], kinds: list[str], is_query: bool = False) -> list[dict]:
-    params = {"output_types": kinds, "options": {"is_query": is_query}}
-    task = Task("m", "encode", [{"text": t} for t in texts], params, 10, 1e12)
-    [out] = run_encode(model, [task], 8192, 256)
+def encode(model: PackedModel, texts: list[str], kinds: list[str], is_query: bool = False) -> list[dict]:
+    task = encode_task(model.card, texts, output_types=kinds, options={"is_query": is_query})
+    out = run(model, task)
     return out["items"]
 
 

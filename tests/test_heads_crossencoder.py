@@ -11,19 +11,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.cards import Catalogue, ModelCard, ScoreSpec
-from engine.queue import Task
-from engine.runner import load_model
-from engine.scoring import run_score, score_task_inputs
+from engine.catalogue.cards import ModelCard, ScoreSpec
+from engine.catalogue.catalogue import Catalogue
+from engine.model.loader import load_model
+from engine.model.packed import PackedModel
+from engine.tasks.task import Task
+from engine.worker.handlers.score import score_inputs
+from tests import task_support
+from tests.task_support import run
 from tests.tiny_models import make
 
 QUERY = "the capital of france"
 DOCS = ["paris is the capital of france", "a", "the dog and the cat " * 8, "london is in england", "blue"]
 
 
-def score_task(query: str = QUERY, docs: list[str] = DOCS, **params: object) -> Task:
-    items = [{"id": f"d{i}", "text": d} for i, d in enumerate(docs)]
-    return Task("m", "score", items, {"query": {"id": "q", "text": query}, **params}, 10, 1e12)
+def score_task(model: PackedModel, query: str = QUERY, docs: list[str] = DOCS, **body: object) -> Task:
+    return task_support.score_task(model.card, query, docs, **body)
 
 
 def scores_by_item(result: dict) -> list[float]:
@@ -41,10 +44,10 @@ def test_classifier_logits_match(family: str, config: dict, tmp_path: Path) -> N
     card = Catalogue().get(str(tmp_path))
     assert card.tasks == ["score"] and card.score is not None and card.score.kind == "classifier"
     model = load_model(card.model_copy(update={"score": ScoreSpec(kind="classifier", activation="none")}))
-    task = score_task()
-    [result] = run_score(model, [task], 4096, 64)
+    task = score_task(model)
+    result = run(model, task, 4096, 64)
     got = scores_by_item(result)
-    for enc, value in zip(score_task_inputs(model, task), got, strict=True):
+    for enc, value in zip(score_inputs(model, task), got, strict=True):
         kwargs = {"input_ids": torch.tensor([enc.ids])}
         if enc.type_ids is not None:
             kwargs["token_type_ids"] = torch.tensor([enc.type_ids])
@@ -67,9 +70,9 @@ def test_multi_label_and_sigmoid(tmp_path: Path) -> None:
     """Two labels: relevance is the softmax probability of the last label; one label: sigmoid of the logit."""
     ref = make("bert", "ForSequenceClassification", tmp_path, num_labels=2)
     model = load_model(Catalogue().get(str(tmp_path)))
-    task = score_task()
-    [result] = run_score(model, [task], 4096, 64)
-    for enc, value in zip(score_task_inputs(model, task), scores_by_item(result), strict=True):
+    task = score_task(model)
+    result = run(model, task, 4096, 64)
+    for enc, value in zip(score_inputs(model, task), scores_by_item(result), strict=True):
         with torch.no_grad():
             logits = ref(input_ids=torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids])).logits[0]
         assert abs(value - torch.softmax(logits, -1)[1].item()) <= 1e-5
@@ -101,11 +104,11 @@ def test_qwen3_reranker_yes_no(tmp_path: Path) -> None:
     tok = model.tokenizer
     yes, no = tok.token_id("yes"), tok.token_id("no")
     # the head shares the (tied) embedding matrix rather than copying it
-    assert model.heads["yes_no"].weight.data_ptr() == model.backbone.tokens.weight.data_ptr()
-    task = score_task()
-    [result] = run_score(model, [task], 4096, 64)
+    assert model.heads.modules["yes_no"].weight.data_ptr() == model.backbone.tokens.weight.data_ptr()
+    task = score_task(model)
+    result = run(model, task, 4096, 64)
     got = scores_by_item(result)
-    for doc, enc, value in zip(DOCS, score_task_inputs(model, task), got, strict=True):
+    for doc, enc, value in zip(DOCS, score_inputs(model, task), got, strict=True):
         body = tok.plain([f"relevant passage < {QUERY} > document : {doc}"])[0]
         prefix, suffix = tok.plain(["instruct : ", " ; yes or no ?"])
         assert enc.ids == (prefix + body + suffix)[: len(enc.ids)]
@@ -119,6 +122,6 @@ def test_qwen3_reranker_yes_no(tmp_path: Path) -> None:
 def test_request_instruction_overrides_card(tmp_path: Path) -> None:
     make("qwen3", "ForCausalLM", tmp_path)
     model = load_model(yes_no_card(tmp_path))
-    a = score_task_inputs(model, score_task(docs=["x"]))[0].ids
-    b = score_task_inputs(model, score_task(docs=["x"], instruction="document about paris"))[0].ids
+    a = score_inputs(model, score_task(model, docs=["x"]))[0].ids
+    b = score_inputs(model, score_task(model, docs=["x"], instruction="document about paris"))[0].ids
     assert a != b

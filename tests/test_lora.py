@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from engine.cards import Catalogue
+from engine.catalogue.catalogue import Catalogue
 from engine.config import EngineSettings
 from engine.errors import InvalidInput
-from engine.lora import LoraCache
-from engine.runner import Encoded, load_model
+from engine.model.loader import load_model
+from engine.model.lora import AdapterCache
+from engine.model.sequences import Encoded
 from engine.runtime import AsyncEngine
 from tests.helpers import make_tiny_bert
 
@@ -70,8 +71,7 @@ async def test_adapter_matches_peft_merged(setup: tuple[Path, Path]) -> None:
 def test_two_adapters_in_one_batch(setup: tuple[Path, Path]) -> None:
     """One packed forward pass with rows for adapter one, adapter two and the base model."""
     base, adapters = setup
-    loaded = load_model(Catalogue().get(str(base)), "cpu", True)
-    loaded.lora = LoraCache(4, adapters)
+    loaded = load_model(Catalogue().get(str(base)), "cpu", True, AdapterCache(4, adapters))
     ids = loaded.tokenizer(TEXTS, truncate=True)
     names = ["one", "two", None]
     mixed = [Encoded(list(s), lora=n) for s, n in zip(ids, names, strict=True)]
@@ -93,7 +93,7 @@ async def test_mixed_requests_through_the_engine(setup: tuple[Path, Path]) -> No
         )
         for r, n in zip(got, ("one", "two", None), strict=True):
             np.testing.assert_allclose(r["dense"], single[n], atol=1e-6)
-        assert engine.registry.lora.hits >= 3 and engine.registry.lora.misses == 2
+        assert engine.registry.adapters.hits >= 3 and engine.registry.adapters.misses == 2
 
 
 async def test_unknown_adapter_is_invalid_input(setup: tuple[Path, Path]) -> None:

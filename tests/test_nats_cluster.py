@@ -215,7 +215,10 @@ def test_backpressure_503_then_expired_tasks_dropped_unrun(ns: NatsServer, tiny_
             time.sleep(0.1)
         assert worker.metric("shoal_queue_expired_total") == 3  # acked and dropped, never run
         assert worker.metric("shoal_items_total") == 0
-        time.sleep(0.5)
+        # once the gateway's cached pending count has caught up with the drained stream, requests go through
+        deadline = time.monotonic() + 30
+        while scrape(f"{gw.url}/metrics", "shoal_queue_pending") > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert httpx.post(url, content=body, headers=MP, timeout=60).status_code == 200
     finally:
         _stop_all(gw, worker)

@@ -12,10 +12,13 @@ import pytest
 
 from engine.config import EngineSettings
 from engine.errors import DeadlineExceeded, InternalError, PayloadTooLarge, QueueFull
-from engine.nats_queue import NatsQueue, subject_token
-from engine.queue import Task
+from engine.queue.nats.delivery import NatsDelivery
+from engine.queue.nats.queue import NatsQueue
+from engine.queue.nats.subjects import subject_token
 from engine.runtime import AsyncEngine
+from engine.tasks.task import EncodeParams, ScoreParams, Task, TaskItem
 from tests.nats_support import NatsServer
+from tests.waiting import until
 
 pytestmark = pytest.mark.nats
 TEXTS = ["the cat sat", "a dog and a bird", "paris is in france " * 5, "hello"]
@@ -48,7 +51,7 @@ async def test_same_worker_same_vectors_on_both_queues(queue: str, nats_url: str
         for got, expected in zip(results, want * 5, strict=True):
             np.testing.assert_allclose(got[0]["dense"], expected["dense"], atol=1e-6)
         assert eng.worker is not None and eng.worker.stats.items == len(TEXTS) * 5
-        assert max(items for _, items, _ in eng.worker.stats.batches) > 1  # requests shared batches
+        assert max(b.items for b in eng.worker.stats.recent) > 1  # requests shared batches
 
 
 @pytest.mark.parametrize("queue", ["inprocess", "nats"])
@@ -63,17 +66,40 @@ async def test_expired_task_is_dropped_unrun(queue: str, nats_url: str, tiny_ber
 
 async def wait_published(q: NatsQueue, n: int) -> None:
     """Until the work stream holds n messages (publishes are slow on a busy machine); bounded."""
-    for _ in range(300):
-        if (await q.js.stream_info(q.settings.queue_stream)).state.messages >= n:
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"the work stream never held {n} messages")
+
+    async def held() -> bool:
+        return (await q.js.stream_info(q.settings.queue_stream)).state.messages >= n
+
+    await until(held, what=f"the work stream holding {n} messages")
 
 
-def _task(model: str, tokens: int = 10) -> Task:
+def _task(model: str, tokens: int = 10, text: str = "x") -> Task:
     return Task(
-        model=model, kind="encode", items=[{"text": "x"}], params={}, est_tokens=tokens, deadline=time.time() + 60
+        model=model,
+        items=[TaskItem(text=text)],
+        params=EncodeParams(),
+        est_tokens=tokens,
+        deadline=time.time() + 60,
     )
+
+
+def test_task_round_trips_through_the_nats_wire(tiny_bert: Path) -> None:
+    """What the gateway publishes (msgpack) decodes on the worker into an equal, typed Task."""
+    from engine.wire import packb, unpackb
+
+    engine = AsyncEngine(EngineSettings())
+    body = {
+        "items": [{"id": "a", "text": "hello"}, {"text": "world", "metadata": {"k": 1}}],
+        "params": {"output_types": ["dense"], "instruction": "q: ", "output_dtype": "int8"},
+    }
+    task = engine.annotate_encode(str(tiny_bert), body, tenant="t1")
+    back = Task.from_wire(unpackb(packb({"task": task.to_wire(), "reply": "inbox"}))["task"])
+    assert back == task and isinstance(back.params, EncodeParams)
+    assert back.params.prefix == "q: " and back.params.output_dtype == "int8" and back.params.truncate is True
+    params = ScoreParams(query="i: x", query_id="q", instruction="i", truncate=False, adapter="legal")
+    score = Task(model="m", items=[TaskItem(id="d0", text="y")], params=params, est_tokens=3, deadline=time.time())
+    back = Task.from_wire(unpackb(packb(score.to_wire())))
+    assert back == score and isinstance(back.params, ScoreParams) and back.kind == "score"
 
 
 async def test_allow_list_and_locality(nats_url: str) -> None:
@@ -106,26 +132,21 @@ async def test_allow_list_and_locality(nats_url: str) -> None:
 
 async def test_payload_over_server_limit_is_413_and_pending_limit_503(nats_url: str) -> None:
     gw = await NatsQueue.connect(EngineSettings(queue_url=nats_url, queue_pending_limit=2), gateway=True, worker=False)
+    assert gw.gateway is not None
     try:
-        big = Task(
-            model="m",
-            kind="encode",
-            items=[{"text": "x" * (gw.max_payload + 10)}],
-            params={},
-            est_tokens=1,
-            deadline=time.time() + 60,
-        )
         with pytest.raises(PayloadTooLarge):
-            await gw.submit(big)
+            await gw.submit(_task("m", 1, text="x" * (gw.max_payload + 10)))
         waiting = [asyncio.create_task(gw.submit(_task("m"))) for _ in range(2)]
         await wait_published(gw, 2)
-        # a count the gateway asked for before the publishes landed may still arrive and be stale: let two
-        # refresh periods pass so every later refresh reads the stream as it is now
-        await asyncio.sleep(2 * gw.settings.queue_pending_refresh_s + 0.1)
-        for _ in range(200):  # and until the gateway's cached pending count has seen them
-            if await gw.depth() >= 2:
-                break
-            await asyncio.sleep(0.05)
+        # a count the gateway asked for before the publishes landed may still arrive and be stale: wait for two
+        # more refreshes, so a later one has read the stream as it is now, and for the count to show them
+        seen = gw.gateway.refreshes
+        await until(lambda: gw.gateway.refreshes >= seen + 2, what="two pending-count refreshes")  # type: ignore[union-attr]
+
+        async def counted() -> bool:
+            return await gw.depth() >= 2
+
+        await until(counted, what="the gateway counting the two pending tasks")
         with pytest.raises(QueueFull) as info:
             await asyncio.wait_for(gw.submit(_task("m")), 30)  # bounded: a regression fails, never hangs
         assert info.value.retry_after and info.value.status == 503
@@ -139,32 +160,41 @@ async def test_long_batch_is_kept_alive_by_in_progress_acks(nats_url: str, tmp_p
     settings = EngineSettings(queue_url=nats_url, queue_ack_wait_s=0.6)
     gw = await NatsQueue.connect(settings, gateway=True, worker=False)
     wq = await NatsQueue.connect(settings, gateway=False, worker=True)
+    other = await NatsQueue.connect(settings, gateway=False, worker=True)
+    assert wq.worker is not None
     try:
         pending = asyncio.create_task(gw.submit(_task("m")))
         (d,) = await wq.pull(prefer=[], max_tasks=10, max_tokens=1000, wait=0)
-        await asyncio.sleep(2.0)  # three ack_waits: without in-progress acks this would be redelivered
-        assert d.attempt == 1
-        d2 = await asyncio.wait_for(wq._fetch(subject_token("m"), 5), 5)
-        assert d2 == []
+        # nine in-progress rounds (one every ack_wait / 3) span three ack_waits: without them the server would
+        # have redelivered the task to the other worker by now
+        start = wq.worker.keepalive_rounds
+        await until(lambda: wq.worker.keepalive_rounds >= start + 9, what="nine keep-alive rounds")  # type: ignore[union-attr]
+        assert isinstance(d, NatsDelivery) and d.attempt == 1
+        with pytest.raises(TimeoutError):  # nothing to take: the task is still this worker's
+            await asyncio.wait_for(other.pull(prefer=[], max_tasks=5, max_tokens=1000, wait=0), 1.0)
         await d.ack({"ok": 1})
         assert await pending == {"ok": 1}
     finally:
-        await gw.close()
-        await wq.close()
+        for q in (gw, wq, other):
+            await q.close()
 
 
 async def test_task_whose_workers_all_die_is_dead_lettered_by_the_gateway(nats_url: str) -> None:
     """No worker ever settles it (each 'dies' holding it): after max_deliver the client still gets an error."""
     settings = EngineSettings(queue_url=nats_url, queue_ack_wait_s=0.5, queue_max_deliver=2)
     gw = await NatsQueue.connect(settings, gateway=True, worker=False)
-    wq = await NatsQueue.connect(settings, gateway=False, worker=True)
+    workers: list[NatsQueue] = []
     try:
         answer = asyncio.create_task(gw.submit(_task("m")))
         for attempt in (1, 2):
+            wq = await NatsQueue.connect(settings, gateway=False, worker=True)
+            workers.append(wq)
             (d,) = await asyncio.wait_for(wq.pull(prefer=[], max_tasks=10, max_tokens=1000, wait=0), 10)
-            assert d.attempt == attempt
-            wq._held.clear()  # the worker "dies": no ack, no in-progress
+            assert isinstance(d, NatsDelivery) and d.attempt == attempt
+            await wq.nc.close()  # the worker dies holding it: no ack, no in-progress, its connection gone
         # a live worker keeps asking; the server then gives up on the task and says so in an advisory
+        wq = await NatsQueue.connect(settings, gateway=False, worker=True)
+        workers.append(wq)
         asking = asyncio.create_task(wq.pull(prefer=[], max_tasks=10, max_tokens=1000, wait=0))
         with pytest.raises(InternalError, match="dead-letter"):
             await asyncio.wait_for(answer, 10)
@@ -174,4 +204,5 @@ async def test_task_whose_workers_all_die_is_dead_lettered_by_the_gateway(nats_u
         assert (await gw.js.stream_info("SHOAL_WORK")).state.messages == 0
     finally:
         await gw.close()
-        await wq.close()
+        for w in workers:
+            await w.close()

@@ -10,9 +10,10 @@ import torch
 
 from engine.config import EngineSettings
 from engine.errors import ResourceExhausted
-from engine.oom import FAULTS, run_resilient
-from engine.residency import DEVICE, HOST
+from engine.model.memory import FaultInjector
+from engine.residency.manager import DEVICE, HOST
 from engine.runtime import AsyncEngine
+from engine.worker.oom import run_resilient
 from tests.residency_support import budget_for, tiny_models
 
 TEXTS = [f"text {w} number {i}" for i, w in enumerate(["cat", "dog", "bird", "fish", "tree", "house"])]
@@ -23,11 +24,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return tiny_models(tmp_path_factory.mktemp("oom"), 2)
 
 
-@pytest.fixture(autouse=True)
-def _disarm() -> None:
-    FAULTS.disarm()
-    yield
-    FAULTS.disarm()
+@pytest.fixture
+def faults() -> FaultInjector:
+    """Out-of-memory injection, handed to the engine through its constructor."""
+    return FaultInjector()
 
 
 def settings_for(models: list[str]) -> EngineSettings:
@@ -36,16 +36,16 @@ def settings_for(models: list[str]) -> EngineSettings:
     )
 
 
-async def test_injected_oom_evicts_others_and_answers_every_request(models: list[str]) -> None:
-    async with AsyncEngine(settings_for(models)) as engine:
+async def test_injected_oom_evicts_others_and_answers_every_request(models: list[str], faults: FaultInjector) -> None:
+    async with AsyncEngine(settings_for(models), faults=faults) as engine:
         expected = [(await engine.encode(models[0], t))["dense"] for t in TEXTS]
         await engine.encode(models[1], "another model, resident and idle")
-        FAULTS.arm("forward", 1)
+        faults.arm("forward", 1)
         got = await asyncio.gather(*(engine.encode(models[0], t) for t in TEXTS))
-        assert FAULTS.raised["forward"] >= 1
+        assert faults.raised["forward"] >= 1
         for r, e in zip(got, expected, strict=True):
             np.testing.assert_allclose(r["dense"], e, atol=1e-6)
-        assert (models[1], DEVICE, HOST) in engine.registry.evictions  # the first remedy: evict the idle model
+        assert (models[1], DEVICE, HOST) in engine.registry.ledger.evictions  # the first remedy: evict the idle model
 
 
 async def test_repeated_oom_splits_then_answers_the_rest() -> None:
@@ -68,19 +68,19 @@ async def test_repeated_oom_splits_then_answers_the_rest() -> None:
     assert min(tokens for _, tokens in calls) == 128  # the token budget halved to the floor before splitting
 
 
-async def test_worker_survives_exhaustion(models: list[str]) -> None:
-    async with AsyncEngine(settings_for(models)) as engine:
-        FAULTS.arm("forward", 1000)
+async def test_worker_survives_exhaustion(models: list[str], faults: FaultInjector) -> None:
+    async with AsyncEngine(settings_for(models), faults=faults) as engine:
+        faults.arm("forward", 1000)
         with pytest.raises(ResourceExhausted):
             await engine.encode(models[0], "always out of memory")
-        FAULTS.disarm()
+        faults.disarm()
         assert (await engine.encode(models[0], "fine again"))["dense"].shape == (32,)
 
 
-async def test_oom_during_load_evicts_and_retries(models: list[str]) -> None:
-    async with AsyncEngine(settings_for(models)) as engine:
+async def test_oom_during_load_evicts_and_retries(models: list[str], faults: FaultInjector) -> None:
+    async with AsyncEngine(settings_for(models), faults=faults) as engine:
         await engine.encode(models[0], "resident first")
-        FAULTS.arm("load", 1)
+        faults.arm("load", 1)
         r = await engine.encode(models[1], "needs a load that runs out of memory once")
-        assert r["dense"].shape == (32,) and FAULTS.raised["load"] == 1
+        assert r["dense"].shape == (32,) and faults.raised["load"] == 1
         assert engine.registry.tier(models[0]) == HOST

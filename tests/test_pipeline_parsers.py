@@ -19,7 +19,7 @@ MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 @pytest.fixture(scope="module")
 def tok():
-    from engine.tokenize import tokenizer_for
+    from engine.model.tokenizer import tokenizer_for
 
     return tokenizer_for(MODEL)
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from prometheus_client import generate_latest
+from prometheus_client import REGISTRY
 
-from engine import footprint
-from engine.cards import Catalogue
+from engine.catalogue.catalogue import Catalogue
 from engine.config import EngineSettings
 from engine.errors import ResourceExhausted
-from engine.residency import DEVICE, DISK, HOST, ResidencyManager
+from engine.residency import footprint
+from engine.residency.manager import DEVICE, DISK, HOST, ResidencyManager
 from engine.runtime import AsyncEngine
 from tests.residency_support import budget_for, tiny_models
 
@@ -42,19 +42,19 @@ async def test_mix_over_four_models_with_room_for_two(models: list[str]) -> None
     async with AsyncEngine(settings) as engine:
         reg = engine.registry
         first = {m: await encode_all(engine, m) for m in models}  # A B C D: A then B are demoted
-        assert [(m, src, dst) for m, src, dst in reg.evictions] == [
+        assert [(m, src, dst) for m, src, dst in reg.ledger.evictions] == [
             (models[0], DEVICE, HOST),
             (models[1], DEVICE, HOST),
         ]
         assert reg.resident() == [models[2], models[3]]
         await encode_all(engine, models[2])  # touch C: D is now the least recently used
         again = await encode_all(engine, models[0])  # A comes back from host RAM and pushes D out
-        assert reg.evictions[-1] == (models[3], DEVICE, HOST)
+        assert reg.ledger.evictions[-1] == (models[3], DEVICE, HOST)
         assert reg.resident() == [models[2], models[0]]
         assert np.array_equal(again, first[models[0]])
         for m in [models[3], models[1], models[0], models[2], models[1]]:  # a mixed stream over all four
             assert np.array_equal(await encode_all(engine, m), first[m])
-        assert reg.loads == 4  # each model read from disk once; every later miss came from host RAM
+        assert reg.ledger.loads == 4  # each model read from disk once; every later miss came from host RAM
         assert reg.used(DEVICE) <= reg.budget[DEVICE]
 
 
@@ -89,14 +89,14 @@ async def test_host_reload_reads_nothing_from_disk(models: list[str]) -> None:
     reg = manager(models, 1.5)
     a, b = models[:2]
     await reg.get(a)
-    assert reg.disk_bytes_read > 0
+    assert reg.ledger.disk_bytes_read > 0
     await reg.get(b)  # A is demoted to host RAM (a copy, not a drop)
     assert reg.tier(a) == HOST
-    before = reg.disk_bytes_read
+    before = reg.ledger.disk_bytes_read
     await reg.get(a)
-    assert reg.disk_bytes_read == before  # the host-RAM path reads zero bytes from disk
-    assert reg.records[-1].source == HOST and reg.records[-1].disk_bytes == 0
-    assert reg.loads == 2
+    assert reg.ledger.disk_bytes_read == before  # the host-RAM path reads zero bytes from disk
+    assert reg.ledger.records[-1].source == HOST and reg.ledger.records[-1].disk_bytes == 0
+    assert reg.ledger.loads == 2
 
 
 async def test_without_host_room_eviction_drops_to_disk(models: list[str]) -> None:
@@ -104,10 +104,10 @@ async def test_without_host_room_eviction_drops_to_disk(models: list[str]) -> No
     a, b = models[:2]
     first = (await reg.get(a)).embed([[2, 30, 31, 3]])
     await reg.get(b)
-    assert reg.tier(a) == DISK and reg.evictions[-1] == (a, DEVICE, DISK)
-    before = reg.disk_bytes_read
+    assert reg.tier(a) == DISK and reg.ledger.evictions[-1] == (a, DEVICE, DISK)
+    before = reg.ledger.disk_bytes_read
     again = (await reg.get(a)).embed([[2, 30, 31, 3]])
-    assert reg.disk_bytes_read > before and reg.loads == 3
+    assert reg.ledger.disk_bytes_read > before and reg.ledger.loads == 3
     assert np.array_equal(first.numpy(), again.numpy())
 
 
@@ -126,7 +126,7 @@ async def test_pinned_model_stays(models: list[str]) -> None:
     for m in models + models:
         await reg.get(m)
     assert reg.tier(models[0]) == DEVICE
-    assert all(m != models[0] for m, _, _ in reg.evictions)
+    assert all(m != models[0] for m, _, _ in reg.ledger.evictions)
     assert reg.pinned_models() == [models[0]]
 
 
@@ -148,7 +148,22 @@ async def test_idle_ttl_demotes_then_drops(models: list[str]) -> None:
     await reg.aclose()
 
 
-def test_metrics_are_exported(models: list[str]) -> None:
-    text = generate_latest().decode()
-    for name in ("shoal_resident_models", "shoal_tier_bytes", "shoal_evictions_total", "shoal_model_load_seconds"):
-        assert name in text
+async def test_metrics_follow_loads_and_evictions(models: list[str]) -> None:
+    """The exported series move with what the manager does (declaring them is not enough)."""
+    a, b = models[:2]
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    demoted = value("shoal_evictions_total", model=a, from_tier=DEVICE, to_tier=HOST)
+    disk, host = (value("shoal_model_load_seconds_count", source=src) for src in (DISK, HOST))
+    reg = manager(models, 1.5)
+    await reg.get(a)
+    await reg.get(b)  # A goes to host RAM
+    await reg.get(a)  # A comes back from host RAM, B goes
+    assert value("shoal_evictions_total", model=a, from_tier=DEVICE, to_tier=HOST) == demoted + 1
+    assert value("shoal_model_load_seconds_count", source=DISK) == disk + 2
+    assert value("shoal_model_load_seconds_count", source=HOST) == host + 1
+    assert value("shoal_resident_models", tier=DEVICE) == 1 and value("shoal_resident_models", tier=HOST) == 1
+    assert value("shoal_tier_bytes", tier=DEVICE) == reg.used(DEVICE) > 0
+    assert value("shoal_tier_bytes", tier=HOST) == reg.used(HOST) > 0

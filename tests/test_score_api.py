@@ -15,7 +15,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from engine.config import EngineSettings
-from engine.gateway import create_app
+from engine.http.app import create_app
 from engine.runtime import AsyncEngine
 from engine.wire import packb, unpackb
 from tests.conftest import MINILM
@@ -58,8 +58,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient
 
 
 def reference_scores(client: TestClient, ref: torch.nn.Module, docs: list[str]) -> list[float]:
-    from engine.cards import Catalogue
-    from engine.runner import load_model
+    from engine.catalogue.catalogue import Catalogue
+    from engine.model.loader import load_model
 
     model = load_model(Catalogue(Path(client.app.state.engine.settings.model_dir)).get(CE))
     out = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 try:  # flash-attn is optional; used only on CUDA tensors
-    from flash_attn import flash_attn_varlen_func
+    from flash_attn import flash_attn_varlen_func  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - absent on CPU machines
     flash_attn_varlen_func = None
 
@@ -216,7 +217,7 @@ class SelfAttention(nn.Module):
         return self.out(o.reshape(t, -1))  # [T, hidden]
 
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": lambda x: F.gelu(x),
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),

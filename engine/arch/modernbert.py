@@ -66,6 +66,7 @@ class ModernBert(nn.Module):
         self.tokens = nn.Embedding(c.vocab_size, h)
         self.embed_norm = nn.LayerNorm(h, eps=eps, bias=nb)
         self.layers = nn.ModuleList()
+        self.local = [kind == "sliding_attention" for kind in c.layer_types]  # layers that attend in a window
         for i, kind in enumerate(c.layer_types):
             window = c.local_attention // 2 if kind == "sliding_attention" else None
             attn = SelfAttention(h, c.num_attention_heads, c.attention_bias, window=window)
@@ -81,8 +82,8 @@ class ModernBert(nn.Module):
         x = self.embed_norm(self.tokens(batch.input_ids))  # [T, hidden]
         global_rope = self.global_rope(batch.positions, x.dtype)  # ([T, 1, D], [T, 1, D])
         local_rope = self.local_rope(batch.positions, x.dtype)
-        for layer in self.layers:
-            x = layer(x, batch, local_rope if layer.attn.window is not None else global_rope)
+        for layer, local in zip(self.layers, self.local, strict=True):
+            x = layer(x, batch, local_rope if local else global_rope)
         return self.final_norm(x)  # [T, hidden]
 
 

@@ -68,7 +68,7 @@ app.kubernetes.io/part-of: shoal
 {{- end -}}
 
 {{/*
-The durable JetStream consumer of one model, exactly as engine/nats_delivery.py names it:
+The durable JetStream consumer of one model, exactly as engine/queue/nats/subjects.py names it:
 "work-" + the model id with runs of other characters than [A-Za-z0-9_-] made "_", "_" trimmed at both
 ends, its last 40 characters (or "model" when nothing is left), "-", the first 10 hex digits of its SHA-1.
 */}}

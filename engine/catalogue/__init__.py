@@ -1,0 +1,1 @@
+"""The model catalogue: cards (YAML, validated), cards inferred from checkpoint folders, weight resolution."""

@@ -1,0 +1,152 @@
+"""Model cards: the declarative, pydantic-validated description of one servable model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.errors import InvalidInput
+
+TaskKind = Literal["encode", "score", "extract"]
+OutputType = Literal["dense", "sparse", "multivector", "score"]
+Pooling = Literal["cls", "mean", "last"]
+Family = Literal["bert", "xlm_roberta", "modernbert", "qwen3", "llama"]
+
+
+class WeightSource(BaseModel):
+    """Where the weights may come from, tried in order: path, HF cache, package, hub."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: Path | None = None
+    hf_repo: str | None = None
+    revision: str | None = None
+    package: str | None = Field(default=None, description="installed Python package shipping the weights")
+    package_subdir: str = ""
+
+
+class Profile(BaseModel):
+    """Batching settings for one device kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_batch_tokens: int = 8192
+    max_batch_items: int = 256
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    lora: str | None = Field(
+        default=None, description="LoRA adapter (a name in the card's `loras`) this profile applies"
+    )
+
+
+class MultivectorSpec(BaseModel):
+    """Token vectors (ColBERT / BGE-M3 late interaction): projection, markers, expansion, skip-list."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dim: int | None = Field(default=None, description="token vector size; None keeps the hidden size")
+    projection: bool = Field(default=True, description="a learned linear map to `dim` (colbert head)")
+    bias: bool = False
+    query_marker: str | None = Field(default=None, description="token inserted after [CLS] of queries, e.g. [unused0]")
+    document_marker: str | None = Field(default=None, description="token inserted after [CLS] of documents")
+    query_length: int = Field(default=0, ge=0, description="pad queries to this length with [MASK] (0: no expansion)")
+    attend_to_expansion: bool = Field(default=False, description="let other tokens attend to the [MASK] padding")
+    skiplist: str = Field(
+        default="", description="characters whose tokens are dropped from documents; 'punctuation' = string.punctuation"
+    )
+    skip_first: bool = Field(default=False, description="drop the first token's vector (BGE-M3 drops [CLS])")
+    normalize: bool = True
+
+
+class SparseSpec(BaseModel):
+    """Sparse lexical weights: SPLADE (MLM head, log(1+relu), max pooling) or BGE-M3 (per-token weight)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["splade", "bge_m3"] = "splade"
+    vocab_size: int | None = None
+    top_k: int | None = Field(default=None, ge=1, description="keep only the k largest weights")
+
+
+class ScoreSpec(BaseModel):
+    """How score(query, items) is computed: a cross-encoder head, a yes/no LM, or MaxSim over multivectors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["classifier", "yes_no", "maxsim"]
+    activation: Literal["sigmoid", "none"] = Field(default="sigmoid", description="on the classifier logit")
+    label: int = Field(default=-1, description="which label's logit is the relevance (num_labels > 1)")
+    # yes_no (Qwen3-Reranker): prompt = prefix + template(instruction, query, document) + suffix
+    prefix: str = ""
+    template: str = "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
+    suffix: str = ""
+    instruction: str = "Given a web search query, retrieve relevant passages that answer the query"
+    yes_token: str = "yes"
+    no_token: str = "no"
+
+
+class ModelCard(BaseModel):
+    """One model: what it is, where its weights are, what it computes and how to batch it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    family: Family = "bert"
+    description: str = ""
+    source: WeightSource = Field(default_factory=WeightSource)
+    tasks: list[TaskKind] = ["encode"]  # pydantic copies mutable defaults per instance
+    outputs: list[OutputType] = ["dense"]
+    dense_dim: int | None = None
+    pooling: Pooling = "mean"
+    normalize: bool = True
+    matryoshka_dims: list[int] = Field(default_factory=list, description="dims the model was trained for")
+    max_seq_len: int = 512
+    truncate: bool = Field(default=True, description="truncate over-long input unless the request says not")
+    query_instruction: str | None = None
+    document_instruction: str | None = None
+    profiles: dict[str, Profile] = Field(default_factory=lambda: {"default": Profile()})
+    loras: dict[str, str] = Field(default_factory=dict, description="LoRA adapters: name -> PEFT adapter folder")
+    pinned: bool = Field(default=False, description="keep resident on the device: never evicted")
+    multivector: MultivectorSpec | None = None
+    sparse: SparseSpec | None = None
+    score: ScoreSpec | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelCard:
+        if "multivector" in self.outputs and self.multivector is None:
+            raise ValueError("outputs include multivector: the card needs a 'multivector' section")
+        if "sparse" in self.outputs and self.sparse is None:
+            raise ValueError("outputs include sparse: the card needs a 'sparse' section")
+        if "score" in self.tasks and self.score is None:
+            raise ValueError("tasks include score: the card needs a 'score' section")
+        if self.score is not None and self.score.kind == "maxsim" and self.multivector is None:
+            raise ValueError("maxsim scoring needs a 'multivector' section")
+        if "default" not in self.profiles:
+            raise ValueError("a card needs a 'default' profile")
+        for name, p in self.profiles.items():
+            if p.max_batch_tokens < self.max_seq_len:
+                raise ValueError(
+                    f"profile {name!r}: max_batch_tokens {p.max_batch_tokens} is below max_seq_len "
+                    f"{self.max_seq_len}; one full-length input would never fit a batch"
+                )
+        return self
+
+    def heads(self) -> dict[str, dict[str, object]]:
+        """The checkpoint heads this card uses (name -> arguments for the loader)."""
+        heads: dict[str, dict[str, object]] = {}
+        mv = self.multivector
+        if mv is not None and mv.projection:
+            heads["colbert"] = {"dim": mv.dim, "bias": mv.bias}
+        if self.sparse is not None:
+            heads["mlm" if self.sparse.kind == "splade" else "m3_sparse"] = {}
+        if self.score is not None and self.score.kind in ("classifier", "yes_no"):
+            heads[self.score.kind] = {}
+        return heads
+
+    def profile(self, name: str | None) -> Profile:
+        if name is None:
+            return self.profiles["default"]
+        if name not in self.profiles:
+            raise InvalidInput(f"model {self.id!r} has no profile {name!r}; it has {sorted(self.profiles)}")
+        return self.profiles[name]

@@ -1,0 +1,103 @@
+"""Infer a model card from a local transformers / sentence-transformers checkpoint folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from engine.catalogue.cards import ModelCard, ScoreSpec, SparseSpec, WeightSource
+from engine.errors import ModelLoadFailed
+
+FAMILY_BY_MODEL_TYPE = {
+    "bert": "bert",
+    "xlm-roberta": "xlm_roberta",
+    "roberta": "xlm_roberta",
+    "modernbert": "modernbert",
+    "qwen3": "qwen3",
+    "llama": "llama",
+}
+DECODERS = ("qwen3", "llama")
+
+
+def read_json(path: Path) -> dict[str, Any] | list[Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ModelLoadFailed(f"{path} is not valid JSON: {e}") from e
+
+
+def read_object(path: Path) -> dict[str, Any]:
+    """A JSON object file ({} when absent); anything else is a load failure naming the file."""
+    data = read_json(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ModelLoadFailed(f"{path} is not a JSON object")
+    return data
+
+
+def _pooling_from_st(folder: Path) -> tuple[str | None, bool]:
+    """Pooling mode and normalisation from a sentence-transformers modules.json, when present."""
+    modules = read_json(folder / "modules.json")
+    if not isinstance(modules, list):
+        return None, False
+    pooling, normalize = None, False
+    for module in modules:
+        kind = str(module.get("type", ""))
+        if kind.endswith("Normalize"):
+            normalize = True
+        if kind.endswith("Pooling"):
+            cfg = read_object(folder / module.get("path", "1_Pooling") / "config.json")
+            if cfg.get("pooling_mode_cls_token"):
+                pooling = "cls"
+            elif cfg.get("pooling_mode_lasttoken"):
+                pooling = "last"
+            elif cfg.get("pooling_mode_mean_tokens"):
+                pooling = "mean"
+            else:
+                raise ModelLoadFailed(f"{folder}: unsupported pooling in {module.get('path')}/config.json")
+    return pooling, normalize
+
+
+def infer_card(folder: Path, model_id: str) -> ModelCard:
+    """Build a card for a checkpoint folder: family from config.json, pooling from modules.json."""
+    config = read_json(folder / "config.json")
+    if not isinstance(config, dict):
+        raise ModelLoadFailed(f"{folder} has no config.json; it is not a transformers checkpoint")
+    model_type = config.get("model_type")
+    family = FAMILY_BY_MODEL_TYPE.get(str(model_type))
+    if family is None:
+        raise ModelLoadFailed(f"{folder}: architecture {model_type!r} is not supported yet")
+    pooling, normalize = _pooling_from_st(folder)
+    st_cfg = read_object(folder / "sentence_bert_config.json")
+    positions = int(config.get("max_position_embeddings", 512))
+    if family == "xlm_roberta":
+        positions -= int(config.get("pad_token_id", 1)) + 1
+    max_len = min(int(st_cfg.get("max_seq_length") or positions), positions, 8192)
+    budget = max(8192, max_len)
+    # the head follows the checkpoint's class: a classifier scores pairs, a masked LM is a SPLADE encoder
+    arch = " ".join(config.get("architectures") or [])
+    tasks, outputs, score, sparse = ["encode"], ["dense"], None, None
+    if "ForSequenceClassification" in arch:
+        tasks, outputs, score = ["score"], ["score"], ScoreSpec(kind="classifier")
+    elif "ForMaskedLM" in arch and pooling is None:
+        outputs, sparse = ["sparse"], SparseSpec(kind="splade", vocab_size=int(config["vocab_size"]))
+    return ModelCard(
+        id=model_id,
+        family=family,
+        description=f"local checkpoint {folder}",
+        source=WeightSource(path=folder),
+        tasks=tasks,
+        outputs=outputs,
+        dense_dim=int(config["hidden_size"]),
+        pooling=pooling or ("last" if family in DECODERS else "cls"),
+        normalize=normalize,
+        max_seq_len=max_len,
+        truncate=True,
+        score=score,
+        sparse=sparse,
+        profiles={"default": {"max_batch_tokens": budget}},
+    )

@@ -1,0 +1,131 @@
+"""The SDK call surface shared by the in-process engine and the HTTP client, and result shaping.
+
+Both implement two primitives (`encode_body`, `score_body`: wire body in, wire result out) and `models`;
+the user-facing `encode` and `score` are written once here on top of them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.tasks.requests import build_encode_body, build_score_body
+
+WIRE_DTYPES: dict[str, type[np.generic]] = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "int8": np.int8,
+    "binary": np.uint8,
+}
+Item = str | dict[str, Any]  # a text, or {"id", "text", "metadata"}
+EncodeResult = dict[str, Any]  # {"id"?, "dense": ndarray, "sparse": {"indices", "values"}, "multivector": ndarray}
+ScoreResult = dict[str, Any]  # {"model", "query_id"?, "scores": [{"item_id", "score", "rank"}], "timing"}
+
+
+def _array(values: Any, dtype: str) -> npt.NDArray[Any]:
+    """A wire array as numpy: msgpack already gives arrays; JSON gives lists, typed by the wire dtype."""
+    return np.asarray(values, dtype=WIRE_DTYPES.get(dtype, np.float32))
+
+
+def to_encode_results(items: list[dict[str, Any]]) -> list[EncodeResult]:
+    """Wire items ({dense: {dims, dtype, values}}...) -> {id?, dense: ndarray, sparse: {...}, multivector}."""
+    out = []
+    for item in items:
+        result: EncodeResult = {}
+        if item.get("id") is not None:
+            result["id"] = item["id"]
+        if (dense := item.get("dense")) is not None:
+            result["dense"] = _array(dense["values"], dense["dtype"])
+        if (sparse := item.get("sparse")) is not None:
+            indices = np.asarray(sparse["indices"], dtype=np.int64)
+            result["sparse"] = {"indices": indices, "values": _array(sparse["values"], sparse["dtype"])}
+        if (multi := item.get("multivector")) is not None:
+            result["multivector"] = _array(multi["values"], multi["dtype"])
+        out.append(result)
+    return out
+
+
+class ModelCalls(ABC):
+    """encode / score / models for SDK callers, over the wire primitives an implementation provides."""
+
+    @abstractmethod
+    async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
+        """Encode a wire body; returns the wire result {model, items, timing}."""
+
+    @abstractmethod
+    async def score_body(self, model: str, body: Any) -> dict[str, Any]:
+        """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
+
+    @abstractmethod
+    async def models(self) -> list[dict[str, Any]]:
+        """The model catalogue: one description per model."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release what this caller holds (connections, the engine's worker)."""
+
+    @overload
+    async def encode(
+        self,
+        model: str,
+        items: Item,
+        *,
+        output_types: list[str] | None = None,
+        instruction: str | None = None,
+        output_dtype: str | None = None,
+        is_query: bool | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> EncodeResult: ...
+
+    @overload
+    async def encode(
+        self,
+        model: str,
+        items: list[Item],
+        *,
+        output_types: list[str] | None = None,
+        instruction: str | None = None,
+        output_dtype: str | None = None,
+        is_query: bool | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> list[EncodeResult]: ...
+
+    async def encode(
+        self,
+        model: str,
+        items: Item | list[Item],
+        *,
+        output_types: list[str] | None = None,
+        instruction: str | None = None,
+        output_dtype: str | None = None,
+        is_query: bool | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> EncodeResult | list[EncodeResult]:
+        """Encode one item (returns one result) or a list (returns a list of results, in order)."""
+        batch = items if isinstance(items, list) else [items]
+        body = build_encode_body(
+            batch,
+            output_types=output_types,
+            instruction=instruction,
+            output_dtype=output_dtype,
+            is_query=is_query,
+            options=options,
+        )
+        results = to_encode_results((await self.encode_body(model, body))["items"])
+        return results if isinstance(items, list) else results[0]
+
+    async def score(
+        self,
+        model: str,
+        query: Item,
+        items: list[Item],
+        *,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ScoreResult:
+        """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
+        body = build_score_body(query, items, instruction=instruction, options=options)
+        return await self.score_body(model, body)

@@ -1,0 +1,71 @@
+"""HTTP clients for a shoal server: AsyncClient is the one implementation; Client runs it on a loop thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from engine.client.calls import ModelCalls
+from engine.errors import InternalError, ShoalError, error_from_code
+from engine.wire import JSON, MSGPACK, decode_body, dumps_json, packb
+
+
+def raise_for_error(response: httpx.Response) -> None:
+    """Turn a non-2xx reply into the typed ShoalError its code names."""
+    if response.status_code < 400:
+        return
+    retry = response.headers.get("retry-after")
+    try:
+        body = decode_body(response.content, response.headers.get("content-type"))
+        detail = body.get("detail") or body.get("error") or {}
+        code, message = detail.get("code", ""), detail.get("message", response.text)
+    except (ShoalError, AttributeError):
+        code, message = "", response.text
+    err = error_from_code(code, message, float(retry) if retry else None)
+    if isinstance(err, InternalError):
+        err.status = response.status_code
+    raise err
+
+
+class AsyncClient(ModelCalls):
+    """Talks to `shoal serve` (or any SIE-compatible server) over HTTP; msgpack by default."""
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8080",
+        *,
+        api_key: str | None = None,
+        timeout: float = 300.0,
+        use_json: bool = False,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout, headers=headers)
+        self._json = use_json
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        media = JSON if self._json else MSGPACK
+        content = dumps_json(body) if self._json else packb(body)
+        r = await self._http.post(path, content=content, headers={"Content-Type": media, "Accept": media})
+        raise_for_error(r)
+        return decode_body(r.content, r.headers.get("content-type"))
+
+    async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
+        return await self._post(f"/v1/encode/{model}", body)
+
+    async def score_body(self, model: str, body: Any) -> dict[str, Any]:
+        return await self._post(f"/v1/score/{model}", body)
+
+    async def models(self) -> list[dict[str, Any]]:
+        r = await self._http.get("/v1/models", headers={"Accept": JSON})
+        raise_for_error(r)
+        return r.json()["models"]
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,132 @@
+"""Synchronous facades: run an async core on a private event-loop thread (no second implementation)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, TypeVar, overload
+
+from engine.client.calls import EncodeResult, Item, ModelCalls, ScoreResult
+from engine.client.http import AsyncClient
+
+T = TypeVar("T")
+C = TypeVar("C", bound=ModelCalls)
+
+
+class LoopThread:
+    """An event loop on a daemon thread; `run` executes a coroutine there and blocks for its result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="shoal-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=5)
+
+
+class SyncFacade(Generic[C]):
+    """Blocking encode / score / models over an async core (AsyncEngine or AsyncClient) made on the loop thread."""
+
+    def __init__(self, make: Callable[[], Coroutine[Any, Any, C]]) -> None:
+        self._loop = LoopThread()
+        self._core: C = self._loop.run(make())
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run(coro)
+
+    @overload
+    def encode(
+        self,
+        model: str,
+        items: Item,
+        *,
+        output_types: list[str] | None = None,
+        instruction: str | None = None,
+        output_dtype: str | None = None,
+        is_query: bool | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> EncodeResult: ...
+
+    @overload
+    def encode(
+        self,
+        model: str,
+        items: list[Item],
+        *,
+        output_types: list[str] | None = None,
+        instruction: str | None = None,
+        output_dtype: str | None = None,
+        is_query: bool | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> list[EncodeResult]: ...
+
+    def encode(
+        self,
+        model: str,
+        items: Item | list[Item],
+        *,
+        output_types: list[str] | None = None,
+        instruction: str | None = None,
+        output_dtype: str | None = None,
+        is_query: bool | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> EncodeResult | list[EncodeResult]:
+        """Encode one item (returns one result) or a list (returns a list of results, in order)."""
+        kw: dict[str, Any] = {"output_types": output_types, "instruction": instruction, "output_dtype": output_dtype}
+        kw |= {"is_query": is_query, "options": options}
+        if isinstance(items, list):
+            return self._run(self._core.encode(model, items, **kw))
+        return self._run(self._core.encode(model, items, **kw))
+
+    def score(
+        self,
+        model: str,
+        query: Item,
+        items: list[Item],
+        *,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ScoreResult:
+        """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
+        return self._run(self._core.score(model, query, items, instruction=instruction, options=options))
+
+    def models(self) -> list[dict[str, Any]]:
+        """The model catalogue: one description per model."""
+        return self._run(self._core.models())
+
+    def close(self) -> None:
+        """Stop the core and its loop thread."""
+        try:
+            self._run(self._core.close())
+        finally:
+            self._loop.stop()
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Client(SyncFacade[AsyncClient]):
+    """Blocking HTTP client; the same calls as AsyncClient."""
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8080",
+        *,
+        api_key: str | None = None,
+        timeout: float = 300.0,
+        use_json: bool = False,
+    ) -> None:
+        async def make() -> AsyncClient:
+            return AsyncClient(url, api_key=api_key, timeout=timeout, use_json=use_json)
+
+        super().__init__(make)

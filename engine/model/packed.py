@@ -1,0 +1,160 @@
+"""PackedModel: one of our backbones with its tokenizer and heads, behind the narrow interface handlers use.
+
+Handlers may tokenize (`encode_texts`, `encode_pairs`, `tokenizer`), check an adapter (`use_adapter`), run a
+packed forward pass with each sequence's LoRA adapter (`forward`), and apply the heads the card declares
+(`heads`). Residency sees the LoadedModel protocol: card, device, precision, tensor bytes, move_to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from engine.arch.layers import PackedBatch
+from engine.catalogue.cards import ModelCard
+from engine.catalogue.weights import resolve_adapter
+from engine.model import lora, memory
+from engine.model.checkpoint import FAMILIES
+from engine.model.heads import CardHeads
+from engine.model.precision import DeviceProfile
+from engine.model.sequences import Encoded, LateInteraction
+from engine.model.tokenizer import TextTokenizer
+
+Sequences = list[Encoded] | list[list[int]]
+
+
+@dataclass
+class PackedModel:
+    """Everything needed to turn texts into vectors, sparse weights or scores for one model."""
+
+    card: ModelCard
+    tokenizer: TextTokenizer
+    backbone: nn.Module
+    heads: CardHeads
+    device: str
+    precision: DeviceProfile
+    adapters: lora.AdapterCache = field(default_factory=lora.AdapterCache)
+    late: LateInteraction | None = None
+    # How a batch mixing adapters runs: "grouped" (one forward per adapter, rows stitched back) or "per_row"
+    # (one forward, each adapter's delta added to its own rows). bench/lora_batching.py measured grouped faster.
+    mixed_adapters: Literal["grouped", "per_row"] = "grouped"
+
+    # -- the LoadedModel protocol ------------------------------------------------------------------
+
+    def modules(self) -> list[nn.Module]:
+        return [self.backbone, *self.heads.modules.values()]
+
+    def tensor_bytes(self) -> int:
+        return memory.tensor_bytes(self.modules())
+
+    def move_to(self, device: str) -> None:
+        if device != self.device:
+            memory.move_modules(self.modules(), device)
+            self.device = device
+
+    # -- what the model is -------------------------------------------------------------------------
+
+    @property
+    def max_len(self) -> int:
+        return self.tokenizer.max_len
+
+    @property
+    def config(self) -> Any:
+        """The backbone's typed config (each family's own dataclass)."""
+        return self.backbone.config
+
+    @property
+    def dense_dim(self) -> int:
+        return int(self.config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+    @property
+    def uses_token_types(self) -> bool:
+        return int(getattr(self.config, "type_vocab_size", 0)) > 1
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.backbone.parameters()).dtype
+
+    def cast(self, dtype: torch.dtype) -> None:
+        """Change the precision of every module (tuning measures several)."""
+        for module in self.modules():
+            module.to(dtype)
+
+    # -- tokenising --------------------------------------------------------------------------------
+
+    def encode_texts(self, texts: list[str], truncate: bool, is_query: bool = False) -> list[Encoded]:
+        """Token ids of single texts; multivector cards add their markers and query expansion."""
+        ids = self.tokenizer(texts, truncate=truncate)
+        if self.late is None:
+            return [Encoded(s, query=is_query) for s in ids]
+        return [self.late.mark(s, is_query) for s in ids]
+
+    def encode_pairs(self, pairs: list[tuple[str, str]], truncate: bool) -> list[Encoded]:
+        """Token ids of (query, document) pairs for a cross-encoder."""
+        types = self.uses_token_types
+        return [Encoded(ids, t if types else None) for ids, t in self.tokenizer.pairs(pairs, truncate)]
+
+    # -- adapters and the forward pass -------------------------------------------------------------
+
+    def use_adapter(self, name: str) -> lora.Adapter:
+        """The LoRA adapter `name`, loaded (cached) and hooked into the backbone; raises if it is unusable."""
+
+        def read() -> lora.Adapter:
+            folder = resolve_adapter(self.card, name, self.adapters.lora_dir)
+            renames = FAMILIES[self.card.family].renames
+            return lora.read_adapter(name, folder, renames, self.device, self.dtype)
+
+        adapter = self.adapters.get(self.card.id, name, read)
+        lora.install(self.backbone, adapter)
+        return adapter
+
+    def pack(self, seqs: Sequences) -> PackedBatch:
+        items = _encoded(seqs)
+        types = [s.type_ids or [0] * len(s.ids) for s in items] if any(s.type_ids for s in items) else None
+        keys = [len(s.ids) if s.keys is None else s.keys for s in items]
+        return PackedBatch.from_token_lists([s.ids for s in items], self.device, types, keys)
+
+    @torch.inference_mode()
+    def forward(self, seqs: Sequences) -> tuple[Tensor, PackedBatch]:
+        """Last hidden state of every token, each sequence through its own LoRA adapter (if any).
+        -> [T, hidden] in the model's dtype, with the packed batch."""
+        items = _encoded(seqs)
+        batch = self.pack(items)
+        names = [s.lora for s in items]
+        if self.mixed_adapters == "per_row" or len(set(names)) <= 1:
+            with lora.active(self._adapters(names), batch):
+                return self.backbone(batch), batch
+        bounds = batch.cu_seqlens.tolist()
+        out: Tensor | None = None
+        for name in dict.fromkeys(names):  # one forward per adapter, rows written back in place
+            idx = [i for i, n in enumerate(names) if n == name]
+            part = self.pack([items[i] for i in idx])
+            with lora.active(self._adapters([name] * len(idx)), part):
+                hidden = self.backbone(part)
+            if out is None:
+                out = hidden.new_empty((batch.num_tokens, hidden.shape[1]))
+            rows = torch.cat([torch.arange(bounds[i], bounds[i + 1]) for i in idx]).to(hidden.device)
+            out[rows] = hidden
+        assert out is not None
+        return out, batch
+
+    def _adapters(self, names: list[str | None]) -> list[lora.Adapter | None]:
+        cache = {n: self.use_adapter(n) for n in dict.fromkeys(names) if n}
+        return [cache[n] if n else None for n in names]
+
+    @torch.inference_mode()
+    def embed(self, seqs: Sequences) -> Tensor:
+        """Pooled, not yet normalised sentence vectors. -> [B, hidden] float32 on CPU."""
+        hidden, batch = self.forward(seqs)
+        return self.heads.pooled(hidden, batch)
+
+
+def _encoded(seqs: Sequences) -> list[Encoded]:
+    return [s if isinstance(s, Encoded) else Encoded(list(s)) for s in seqs]

@@ -1,0 +1,78 @@
+"""Fast tokenisation with the model's own tokenizer; over-long input is truncated or refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from engine.catalogue.catalogue import Catalogue
+from engine.catalogue.weights import resolve_weights
+from engine.errors import InvalidInput, ModelLoadFailed
+
+
+def load_tokenizer(folder: Path, max_len: int) -> Tokenizer:
+    """tokenizer.json when present, else the fast tokenizer transformers builds from vocab files."""
+    path = folder / "tokenizer.json"
+    if path.is_file():
+        tok = Tokenizer.from_file(str(path))
+    else:
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(folder), use_fast=True).backend_tokenizer
+        except Exception as e:  # noqa: BLE001 - any failure is a load failure with its reason
+            raise ModelLoadFailed(f"{folder}: no usable tokenizer: {e}") from e
+    tok.no_padding()
+    tok.enable_truncation(max_length=max_len)
+    return tok
+
+
+class TextTokenizer:
+    """Token ids per text; knows the model's length limit and the truncation policy."""
+
+    def __init__(self, tokenizer: Tokenizer, max_len: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_len = max_len
+
+    def __call__(self, texts: list[str], truncate: bool) -> list[list[int]]:
+        encodings = self.tokenizer.encode_batch(texts)
+        if not truncate:
+            for i, enc in enumerate(encodings):
+                if enc.overflowing:
+                    raise InvalidInput(
+                        f"item {i} is longer than the model's {self.max_len} tokens and truncation is off"
+                    )
+        return [enc.ids for enc in encodings]
+
+    def pairs(self, pairs: list[tuple[str, str]], truncate: bool) -> list[tuple[list[int], list[int]]]:
+        """(ids, token type ids) of each (query, document) pair, as a cross-encoder reads them."""
+        encodings = self.tokenizer.encode_batch(pairs)
+        if not truncate:
+            for i, enc in enumerate(encodings):
+                if enc.overflowing:
+                    raise InvalidInput(
+                        f"pair {i} is longer than the model's {self.max_len} tokens and truncation is off"
+                    )
+        return [(enc.ids, enc.type_ids) for enc in encodings]
+
+    def plain(self, texts: list[str]) -> list[list[int]]:
+        """Token ids without special tokens and without truncation (prompt pieces)."""
+        return [enc.ids for enc in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+    def token_id(self, token: str) -> int | None:
+        return self.tokenizer.token_to_id(token)
+
+    def special_ids(self) -> set[int]:
+        """Ids of the special tokens ([CLS], </s>, <pad>, ...)."""
+        return {i for i, tok in self.tokenizer.get_added_tokens_decoder().items() if tok.special}
+
+
+def tokenizer_for(model: str, model_dir: Path | None = None, offline: bool | None = None) -> TextTokenizer:
+    """The tokenizer a catalogue id (or checkpoint folder) uses, without loading its weights.
+
+    Callers outside the engine (chunking in the pipeline) count tokens with it.
+    """
+    card = Catalogue(model_dir).get(model)
+    folder = resolve_weights(card, offline=offline)
+    return TextTokenizer(load_tokenizer(folder, card.max_seq_len), card.max_seq_len)

@@ -1,0 +1,116 @@
+"""The gateway side of the NATS queue: publish tasks, collect answers on a reply inbox, watch the backlog."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from engine.aio import cancel_and_wait
+from engine.config import EngineSettings
+from engine.errors import InternalError, PayloadTooLarge, QueueFull, error_from_code
+from engine.metrics import QUEUE_DUPLICATES, QUEUE_PENDING
+from engine.queue.nats.connection import NATS_ERRORS
+from engine.queue.nats.dead import on_max_deliveries
+from engine.queue.nats.subjects import BELL, MAX_DELIVERIES, WORK, subject_token
+from engine.queue.protocol import Result
+from engine.tasks.task import Task
+from engine.wire import packb, unpackb
+
+log = logging.getLogger("shoal.nats")
+
+
+class GatewaySide:
+    """Publishes each task to `shoal.work.<model>` and waits for its one answer on this gateway's inbox."""
+
+    def __init__(self, nc: NATS, js: JetStreamContext, settings: EngineSettings) -> None:
+        self.nc, self.js, self.settings = nc, js, settings
+        self.refreshes = 0  # pending-count refreshes completed so far (tests wait on it)
+        self._waiting: dict[str, asyncio.Future[Result]] = {}
+        self._pending = 0
+        self._published = 0  # publishes so far; tells a pending-count refresh that raced one
+        self._inbox = ""
+        self._bg: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._inbox = self.nc.new_inbox()
+        await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_reply)
+        self._bg.append(asyncio.create_task(self._watch_pending(), name="shoal-nats-pending"))
+        advisories = f"{MAX_DELIVERIES}.{self.settings.queue_stream}.*"
+        await self.nc.subscribe(advisories, cb=self._on_max_deliveries)
+
+    async def submit(self, task: Task) -> Result:
+        limit = self.settings.queue_pending_limit
+        if self._pending >= limit:
+            raise QueueFull(f"{self._pending} tasks are pending (limit {limit}); retry later", retry_after=1.0)
+        token = subject_token(task.model)
+        data = packb({"task": task.to_wire(), "reply": f"{self._inbox}.{task.id}"})
+        if len(data) > self.nc.max_payload:
+            raise PayloadTooLarge(f"the request is {len(data)} bytes, over the queue's limit of {self.nc.max_payload}")
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._waiting[task.id] = future
+        try:
+            try:
+                await self.js.publish(
+                    f"{WORK}.{token}", data, stream=self.settings.queue_stream, headers={"Nats-Msg-Id": task.id}
+                )
+            except nats.js.errors.APIError as e:
+                raise QueueFull(f"the queue refused the task: {e.description}", retry_after=1.0) from None
+            except NATS_ERRORS as e:
+                raise QueueFull(
+                    f"the queue is unreachable ({type(e).__name__}); retry later", retry_after=1.0
+                ) from None
+            self._pending += 1
+            self._published += 1
+            with contextlib.suppress(*NATS_ERRORS):
+                await self.nc.publish(f"{BELL}.{token}", b"")
+            return await future
+        finally:
+            self._waiting.pop(task.id, None)
+
+    async def _on_max_deliveries(self, msg: Msg) -> None:
+        try:
+            await on_max_deliveries(self.nc, self.js, self.settings, msg)
+        except Exception as e:  # noqa: BLE001 - a subscription callback must never die
+            log.warning("dead-letter handling failed: %s: %s", type(e).__name__, e)
+
+    async def _on_reply(self, msg: Msg) -> None:
+        body = unpackb(msg.data)
+        future = self._waiting.get(body.get("id", ""))
+        if future is None or future.done():
+            QUEUE_DUPLICATES.inc()
+            return
+        if "error" in body:
+            e = body["error"]
+            future.set_exception(error_from_code(e["code"], e["message"], e.get("retry_after")))
+        else:
+            future.set_result(body["result"])
+
+    async def _watch_pending(self) -> None:
+        """Refresh the cached pending count that submit checks (one cheap stream-info call per period)."""
+        stream = self.settings.queue_stream
+        while True:
+            with contextlib.suppress(*NATS_ERRORS):
+                published = self._published
+                info = await self.js.stream_info(stream)
+                # a publish that landed while we asked is not in this answer: never count it out
+                stale = self._published != published
+                self._pending = max(self._pending, info.state.messages) if stale else info.state.messages
+                QUEUE_PENDING.labels(stream).set(self._pending)
+                self.refreshes += 1
+            await asyncio.sleep(self.settings.queue_pending_refresh_s)
+
+    async def depth(self) -> int:
+        return self._pending
+
+    async def close(self) -> None:
+        await cancel_and_wait(self._bg)
+        self._bg.clear()
+        for f in self._waiting.values():
+            if not f.done():
+                f.set_exception(InternalError("the gateway shut down before this request was answered"))

@@ -1,0 +1,31 @@
+"""The queue protocol between gateway and workers: submit, pull, depth; a pulled task is a Delivery."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from engine.errors import ShoalError
+from engine.tasks.task import Task
+
+Result = dict[str, Any]  # a task's wire result (items or scores, usage, timing)
+
+
+class Delivery(Protocol):
+    """A task handed to a worker; exactly one of ack / term settles it (nak gives it back)."""
+
+    @property
+    def task(self) -> Task: ...
+
+    async def ack(self, result: Result) -> None: ...
+    async def nak(self, delay: float = 0.0) -> None: ...
+    async def term(self, error: ShoalError) -> None: ...
+
+
+class WorkQueue(Protocol):
+    """submit (gateway side), pull (worker side) and depth; implementations are interchangeable."""
+
+    async def submit(self, task: Task) -> Result: ...
+    async def pull(self, prefer: Sequence[str], max_tasks: int, max_tokens: int, wait: float) -> list[Delivery]: ...
+    async def depth(self) -> int: ...
+    async def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""The task contract: wire request schemas, the typed task envelope, and resolving a request into a task."""

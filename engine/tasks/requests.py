@@ -1,0 +1,182 @@
+"""Request bodies of the native API as the wire carries them: validated once at the edge, built once for clients."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from engine.errors import InvalidInput
+from engine.tasks.task import OUTPUT_DTYPES
+
+UNSUPPORTED_MEDIA = ("images", "image", "audio", "video")
+
+
+class Item(BaseModel):
+    """One input: text with an optional caller id and metadata."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    text: str
+    metadata: dict[str, Any] | None = None
+
+
+class EncodeOptions(BaseModel):
+    """Runtime switches of one encode request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    is_query: bool | None = None
+    normalize: bool | None = None
+    dimensions: int | None = Field(default=None, ge=1)
+    truncate: bool | None = None
+    profile: str | None = None
+    lora: str | None = None
+
+
+class EncodeRequestParams(BaseModel):
+    """`params` of an encode request, as sent: unset fields take the card's defaults when the task is made."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output_types: list[Literal["dense", "sparse", "multivector"]] = ["dense"]  # pydantic copies defaults
+    instruction: str | None = None
+    output_dtype: str = "float32"
+    options: EncodeOptions = Field(default_factory=EncodeOptions)
+
+    @field_validator("output_dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        if v not in OUTPUT_DTYPES:
+            raise ValueError(f"must be one of {list(OUTPUT_DTYPES)}")
+        return v
+
+    @field_validator("output_types")
+    @classmethod
+    def _types(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("must name at least one output type")
+        return list(dict.fromkeys(v))
+
+
+class EncodeRequest(BaseModel):
+    """POST /v1/encode/{model}: encode `items`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[Item]
+    params: EncodeRequestParams = Field(default_factory=EncodeRequestParams)
+
+
+def _describe(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _check_media(items: Any) -> None:
+    if isinstance(items, list):
+        for i, item in enumerate(items):
+            if isinstance(item, dict) and any(k in item for k in UNSUPPORTED_MEDIA):
+                raise InvalidInput(f"items.{i}: only text items are supported; images and audio are not")
+
+
+def parse_encode(body: Any) -> EncodeRequest:
+    """Validate an encode body (already decoded from msgpack or JSON) or raise INVALID_INPUT."""
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a map with 'items'")
+    _check_media(body.get("items"))
+    try:
+        req = EncodeRequest.model_validate(body)
+    except ValidationError as e:
+        raise InvalidInput(_describe(e)) from None
+    if not req.items:
+        raise InvalidInput("items must not be empty")
+    return req
+
+
+def build_encode_body(
+    items: list[str | dict[str, Any]],
+    *,
+    output_types: list[str] | None = None,
+    instruction: str | None = None,
+    output_dtype: str | None = None,
+    is_query: bool | None = None,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The wire body for an encode call; shared by every client so they all send the same thing."""
+    body_items = [{"text": it} if isinstance(it, str) else dict(it) for it in items]
+    opts = dict(options or {})
+    if is_query is not None:
+        opts["is_query"] = is_query
+    params: dict[str, Any] = {}
+    if output_types is not None:
+        params["output_types"] = output_types
+    if instruction is not None:
+        params["instruction"] = instruction
+    if output_dtype is not None:
+        params["output_dtype"] = output_dtype
+    if opts:
+        params["options"] = opts
+    body: dict[str, Any] = {"items": body_items}
+    if params:
+        body["params"] = params
+    return body
+
+
+class ScoreOptions(BaseModel):
+    """Runtime switches of one score request (unknown keys are ignored, as SIE clients may send more)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    truncate: bool | None = None
+    profile: str | None = None
+    lora: str | None = None
+
+
+class ScoreRequest(BaseModel):
+    """POST /v1/score/{model}: rank `items` against `query`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: Item
+    items: list[Item]
+    instruction: str | None = None
+    options: ScoreOptions = Field(default_factory=ScoreOptions)
+
+
+def parse_score(body: Any) -> ScoreRequest:
+    """Validate a score body or raise INVALID_INPUT; at least one candidate is required."""
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a map with 'query' and 'items'")
+    _check_media(body.get("items"))
+    _check_media([body.get("query")])
+    try:
+        req = ScoreRequest.model_validate(body)
+    except ValidationError as e:
+        raise InvalidInput(_describe(e)) from None
+    if not req.items:
+        raise InvalidInput("items must not be empty: give at least one candidate to score")
+    return req
+
+
+def build_score_body(
+    query: str | dict[str, Any],
+    items: list[str | dict[str, Any]],
+    *,
+    instruction: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The wire body for a score call; shared by every client."""
+    body: dict[str, Any] = {
+        "query": {"text": query} if isinstance(query, str) else dict(query),
+        "items": [{"text": it} if isinstance(it, str) else dict(it) for it in items],
+    }
+    if instruction is not None:
+        body["instruction"] = instruction
+    if options:
+        body["options"] = dict(options)
+    return body

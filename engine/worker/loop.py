@@ -1,0 +1,147 @@
+"""The worker loop: pull tasks, group them by model, run shared batches, settle every delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from functools import partial
+from typing import NamedTuple
+
+import torch
+
+from engine.config import EngineSettings
+from engine.errors import DeadlineExceeded, InternalError, ResourceExhausted, ShoalError
+from engine.metrics import BATCH_TOKENS, ITEMS, QUEUE_WAIT, TOKENS
+from engine.model.memory import FaultInjector
+from engine.model.precision import device_profile
+from engine.queue.protocol import Delivery, WorkQueue
+from engine.residency.manager import ResidencyManager
+from engine.tasks.task import Task
+from engine.worker.batching import BatchLimits
+from engine.worker.dispatch import Outcome, run_tasks
+from engine.worker.oom import run_resilient
+
+log = logging.getLogger("shoal.worker")
+DEFAULT_PULL_TOKENS = 8192  # before any model is resident
+WINDOW = 1024  # recent batches kept for inspection; totals are counters
+
+
+class BatchRecord(NamedTuple):
+    model: str
+    kind: str
+    items: int
+    tokens: int
+
+
+@dataclass
+class WorkerStats:
+    """What this worker computed: totals since start, and the last WINDOW batches (nothing grows with uptime)."""
+
+    batches: int = 0
+    items: int = 0
+    tokens: int = 0
+    recent: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=WINDOW))
+
+    def record(self, model: str, kind: str, items: int, tokens: int) -> None:
+        self.recent.append(BatchRecord(model, kind, items, tokens))
+        self.batches += 1
+        self.items += items
+        self.tokens += tokens
+        BATCH_TOKENS.labels(model).observe(tokens)
+        TOKENS.labels(model).inc(tokens)
+        ITEMS.labels(model, kind).inc(items)
+
+
+class Worker:
+    """One pull loop over a queue; forward passes run in a thread so the event loop stays free."""
+
+    def __init__(
+        self,
+        queue: WorkQueue,
+        registry: ResidencyManager,
+        settings: EngineSettings,
+        *,
+        faults: FaultInjector | None = None,
+    ) -> None:
+        self.queue = queue
+        self.registry = registry
+        self.settings = settings
+        self.stats = WorkerStats()
+        self._faults = faults
+        self._cold: set[asyncio.Task[None]] = set()  # batches waiting for their model to load
+
+    async def run(self) -> None:
+        while True:
+            deliveries = await self.queue.pull(
+                prefer=self.registry.resident(),
+                max_tasks=1024,
+                max_tokens=self.pull_budget(),
+                wait=self.settings.batch_wait_ms / 1000,
+            )
+            by_model: dict[str, list[Delivery]] = {}
+            for d in deliveries:
+                by_model.setdefault(d.task.model, []).append(d)
+            for model, group in by_model.items():
+                if self.registry.is_loaded(model):
+                    await self.serve(model, group)
+                else:  # a cold model loads in the background; batches of resident models keep flowing
+                    task = asyncio.create_task(self.serve(model, group))
+                    self._cold.add(task)
+                    task.add_done_callback(self._cold.discard)
+
+    def pull_budget(self) -> int:
+        """Estimated tokens to take per pull: one batch of the largest resident model, so that with several
+        workers on one queue the rest stays for the idle ones instead of one worker hoarding it."""
+        if self.settings.max_batch_tokens:
+            return self.settings.max_batch_tokens
+        budgets = [
+            device_profile(self.registry.catalogue.get(m), self.settings.device).profile.max_batch_tokens
+            for m in self.registry.resident()
+        ]
+        return max(budgets, default=DEFAULT_PULL_TOKENS)
+
+    async def serve(self, model: str, group: list[Delivery]) -> None:
+        """Run one model's deliveries; every delivery is acked or termed, whatever happens."""
+        now = time.time()
+        live: list[Delivery] = []
+        for d in group:
+            QUEUE_WAIT.labels(model).observe(max(0.0, now - d.task.enqueued_at))
+            if d.task.deadline < now:
+                await d.term(DeadlineExceeded("the request's deadline passed while it waited in the queue"))
+            else:
+                live.append(d)
+        if not live:
+            return
+        outcomes: list[Outcome]
+        try:
+            async with self.registry.use(model, self.settings.load_wait_s) as loaded:  # not evicted while held
+                profile = loaded.precision.profile
+                budget = max(self.settings.max_batch_tokens or profile.max_batch_tokens, loaded.max_len)
+                count = partial(self.stats.record, model)  # (kind, items, tokens) of each forward batch
+
+                def run(tasks: list[Task], tokens: int) -> list[Outcome]:
+                    return run_tasks(loaded, tasks, BatchLimits(tokens, profile.max_batch_items), count, now)
+
+                outcomes = await run_resilient(  # out of memory: evict others and retry, then split
+                    run,
+                    [d.task for d in live],
+                    budget,
+                    loaded.max_len,
+                    lambda: self.registry.free_device(model),
+                    self._faults,
+                )
+        except ShoalError as e:
+            outcomes = [e] * len(live)
+        except torch.OutOfMemoryError as e:
+            outcomes = [ResourceExhausted(f"out of memory running {model!r}: {e}")] * len(live)
+        except Exception as e:  # noqa: BLE001 - the worker survives anything a batch throws
+            log.exception("batch for %s failed", model)
+            outcomes = [InternalError(f"{type(e).__name__}: {e}")] * len(live)
+        for d, outcome in zip(live, outcomes, strict=True):
+            if isinstance(outcome, ShoalError):
+                await d.term(outcome)
+            else:
+                await d.ack(outcome)

@@ -1,0 +1,62 @@
+"""Shaping one task's outputs for the wire: Matryoshka truncation, normalisation, output dtypes, sparse maps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from engine.arch.pooling import l2_normalize
+from engine.errors import InvalidInput
+from engine.model.heads import Sparse
+from engine.tasks.task import OUTPUT_DTYPES, EncodeParams
+
+
+def truncate_dims(x: torch.Tensor, dims: int | None, full: int) -> torch.Tensor:
+    """Keep the first `dims` dimensions (Matryoshka). x: [B, full] -> [B, dims]."""
+    if dims is None or dims == full:
+        return x
+    if not 0 < dims <= full:
+        raise InvalidInput(f"dimensions must be between 1 and {full}, got {dims}")
+    return x[:, :dims]
+
+
+def quantize(x: npt.NDArray[np.float32], dtype: str) -> npt.NDArray[Any]:
+    """float32 rows -> the requested wire dtype. int8 scales [-1, 1] to [-127, 127]; binary packs sign bits."""
+    if dtype == "float32":
+        return x.astype(np.float32, copy=False)
+    if dtype == "float16":
+        return x.astype(np.float16)
+    if dtype == "int8":
+        return np.clip(np.rint(x * 127.0), -127, 127).astype(np.int8)
+    if dtype == "binary":
+        return np.packbits(x > 0, axis=-1)
+    raise InvalidInput(f"output_dtype must be one of {list(OUTPUT_DTYPES)}, got {dtype!r}")
+
+
+def dense(params: EncodeParams, pooled: torch.Tensor) -> list[dict[str, Any]]:
+    """One request's pooled rows [n, hidden] -> truncated, normalised, quantised wire entries."""
+    x = truncate_dims(pooled, params.dimensions, pooled.shape[1])  # [n, dims]
+    if params.normalize:
+        x = l2_normalize(x)
+    values = quantize(x.numpy(), params.output_dtype)
+    return [{"dims": int(x.shape[1]), "dtype": params.output_dtype, "values": row} for row in values]
+
+
+def multivector(params: EncodeParams, rows: list[torch.Tensor]) -> list[dict[str, Any]]:
+    dtype = params.output_dtype
+    return [
+        {
+            "token_dims": int(r.shape[1]),
+            "num_tokens": int(r.shape[0]),
+            "dtype": dtype,
+            "values": quantize(r.numpy(), dtype),
+        }
+        for r in rows
+    ]
+
+
+def sparse(rows: list[Sparse], vocab_size: int) -> list[dict[str, Any]]:
+    return [{"dims": vocab_size, "dtype": "float32", "indices": ids, "values": vals} for ids, vals in rows]
