@@ -90,9 +90,13 @@ def test_engine_score_over_the_chunk_size_ranks_everything(tmp_path: Path) -> No
     write_card(tmp_path / "cards", card | {"score": {"kind": "classifier"}})
     docs = texts(700)
     with shoal.Engine(model_dir=tmp_path / "cards", stream_chunk_items=100) as engine:
-        got = engine.score("tiny/ce-large", {"id": "q", "text": "paris france"}, docs[:350] + [{"id": "x", "text": "cat"}])
+        got = engine.score(
+            "tiny/ce-large", {"id": "q", "text": "paris france"}, docs[:350] + [{"id": "x", "text": "cat"}]
+        )
     with shoal.Engine(model_dir=tmp_path / "cards", max_items=1000, stream_chunk_items=1000) as engine:
-        want = engine.score("tiny/ce-large", {"id": "q", "text": "paris france"}, docs[:350] + [{"id": "x", "text": "cat"}])
+        want = engine.score(
+            "tiny/ce-large", {"id": "q", "text": "paris france"}, docs[:350] + [{"id": "x", "text": "cat"}]
+        )
     assert got["query_id"] == "q"
     assert [s["item_id"] for s in got["scores"]] == [s["item_id"] for s in want["scores"]]
     assert [s["rank"] for s in got["scores"]] == list(range(351))

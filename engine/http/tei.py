@@ -22,6 +22,7 @@ from engine.errors import InvalidInput, ShoalError
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
 from engine.http.rerank import documents_rerank, model_query, rerank, text_list
 from engine.runtime import AsyncEngine
+from engine.tasks.annotate import check_limits
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
 from engine.tasks.token_input import parse_input
 
@@ -171,8 +172,7 @@ async def predict(request: Request) -> Response:
     engine = engine_of(request)
     model = model_of(request, body, engine.settings.default_rerank_model)
     pairs, batch = pairs_of(body.get("inputs"))
-    if len(pairs) > engine.settings.max_items:
-        raise InvalidInput(f"{len(pairs)} pairs is over the limit of {engine.settings.max_items} per request")
+    check_limits(engine.settings, len(pairs), [])
     raw_scores, truncate = flag(body, "raw_scores"), flag(body, "truncate")
     rankings = await asyncio.gather(*(rerank(engine, request, model, q, [d], truncate) for q, d in pairs))
     preds = [
@@ -190,8 +190,7 @@ async def tokenize(request: Request) -> Response:
     model = model_of(request, body, engine.settings.default_model)
     value = body.get("inputs")
     texts = [value] if isinstance(value, str) else text_list(value, "inputs")
-    if len(texts) > engine.settings.max_items:
-        raise InvalidInput(f"{len(texts)} inputs is over the limit of {engine.settings.max_items} per request")
+    check_limits(engine.settings, len(texts), [(f"inputs.{i}", t) for i, t in enumerate(texts)])
     special = flag(body, "add_special_tokens")
     tok = (await engine.tokenizer(model)).tokenizer
     encodings = tok.encode_batch(texts, add_special_tokens=special is not False)
