@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput, ShoalError
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body
+from engine.tasks.limits import count_before_parsing
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
 
 router = APIRouter()
@@ -21,14 +22,17 @@ def openai_error(err: ShoalError) -> dict[str, Any]:
     return {"error": {"message": err.message, "type": err.code.lower(), "code": err.code}}
 
 
-def embeddings_request(body: Any) -> tuple[str, EncodeRequest, bool]:
-    """(model, encode request, base64?) from an OpenAI embeddings request."""
+def embeddings_request(body: Any, max_items: int | None = None) -> tuple[str, EncodeRequest, bool]:
+    """(model, encode request, base64?) from an OpenAI embeddings request; with `max_items`, an over-long
+    `input` list is 413 before its entries are looked at."""
     if not isinstance(body, dict):
         raise InvalidInput("the body must be a JSON object with 'model' and 'input'")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidInput("'model' is required")
     texts = body.get("input")
+    if max_items is not None:
+        count_before_parsing(body, "input", max_items)
     if isinstance(texts, str):
         texts = [texts]
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
@@ -60,7 +64,7 @@ def embeddings_response(model: str, result: dict[str, Any], as_base64: bool) -> 
 
 @router.post("/v1/embeddings")
 async def embeddings(request: Request) -> Response:
-    model, req, as_base64 = embeddings_request(await read_body(request))
+    model, req, as_base64 = embeddings_request(await read_body(request), engine_of(request).settings.max_items)
     name_model(request, model)
     result = await engine_of(request).encode_request(model, req)
     return JSONResponse(embeddings_response(model, result, as_base64))

@@ -10,15 +10,19 @@ from fastapi.responses import JSONResponse
 from engine.errors import InvalidInput
 from engine.http.openai import openai_error
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
+from engine.tasks.limits import count_before_parsing
 from engine.tasks.requests import Item, ScoreRequest
 
 router = APIRouter()
 
 
-def rerank_request(body: Any) -> tuple[str, ScoreRequest, int | None, bool]:
-    """(model, score request, top_n, return_documents) from a rerank request; items are ids '0', '1', ..."""
+def rerank_request(body: Any, max_items: int | None = None) -> tuple[str, ScoreRequest, int | None, bool]:
+    """(model, score request, top_n, return_documents) from a rerank request; items are ids '0', '1', ...
+    With `max_items`, an over-long `documents` list is 413 before its entries are looked at."""
     if not isinstance(body, dict):
         raise InvalidInput("the body must be a JSON object with 'model', 'query' and 'documents'")
+    if max_items is not None:
+        count_before_parsing(body, "documents", max_items)
     model, query, docs = body.get("model"), body.get("query"), body.get("documents")
     if not isinstance(model, str) or not model:
         raise InvalidInput("'model' is required")
@@ -42,7 +46,9 @@ def rerank_request(body: Any) -> tuple[str, ScoreRequest, int | None, bool]:
 @router.post("/v1/rerank")
 async def rerank(request: Request) -> Response:
     """{model, query, documents, top_n?, return_documents?} -> {model, results: [{index, relevance_score}]}."""
-    model, req, top_n, return_documents = rerank_request(await read_body(request))
+    model, req, top_n, return_documents = rerank_request(
+        await read_body(request), engine_of(request).settings.max_items
+    )
     name_model(request, model)
     result = await engine_of(request).score_request(model, req)
     results = []
