@@ -32,11 +32,15 @@ def check_id(value: str, what: str, limit: int) -> None:
         raise InvalidInput(f"the {what} has control characters or unencodable code points")
 
 
-def _real(folder: Path) -> Path | None:
+def canonical(folder: Path) -> Path | None:
+    """The canonical folder: home expanded, links and dots resolved, and a leading '//' made '/' (POSIX lets
+    it differ from '/', Linux does not, so it would be a second spelling of the same folder)."""
     try:
-        return folder.expanduser().resolve()
+        real = folder.expanduser().resolve()
     except (OSError, RuntimeError, ValueError):  # ~nosuchuser, a loop of symlinks, a NUL
         return None
+    text = str(real)
+    return Path("/" + text.lstrip("/")) if text.startswith("//") else real
 
 
 def _is_dir(folder: Path) -> bool:
@@ -51,8 +55,8 @@ def under(root: Path, name: str) -> tuple[str, Path] | None:
     folder stays inside the root's real folder; None otherwise. The name's spelling does not matter."""
     if not NAME.fullmatch(name):
         return None
-    base = _real(root)
-    folder = _real(root / name) if base is not None else None
+    base = canonical(root)
+    folder = canonical(root / name) if base is not None else None
     if base is None or folder is None or not folder.is_relative_to(base) or folder == base or not _is_dir(folder):
         return None
     return folder.relative_to(base).as_posix(), folder
@@ -74,7 +78,7 @@ class FolderPolicy:
                 return found
         if not self.local:
             return None
-        folder = _real(Path(name))
+        folder = canonical(Path(name))
         if folder is None or not _is_dir(folder):
             return None
         return str(folder), folder
@@ -83,7 +87,7 @@ class FolderPolicy:
         """(id, folder) of every checkpoint (a folder with config.json) one or two levels under a root."""
         seen = 0
         for root in self.roots:
-            base = _real(root)
+            base = canonical(root)
             if base is None or not _is_dir(base):
                 continue
             for config in sorted(base.glob("*/config.json")) + sorted(base.glob("*/*/config.json")):

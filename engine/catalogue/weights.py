@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from engine.catalogue.cards import ModelCard
-from engine.catalogue.folders import check_id, under
+from engine.catalogue.folders import canonical, check_id, under
 from engine.errors import InvalidInput, ModelUnavailable
 
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*", "1_Dense/*", "2_Dense/*"]
@@ -101,10 +101,7 @@ def resolve_adapter(card: ModelCard, name: str, lora_dir: Path | None, local: bo
         if found is not None:
             candidates.append(found)
     if local:
-        try:
-            folder = Path(name).expanduser().resolve()
-        except (OSError, RuntimeError, ValueError):
-            folder = None
+        folder = canonical(Path(name))
         if folder is not None:
             candidates.append((str(folder), folder))
     for key, folder in candidates:
