@@ -134,6 +134,11 @@ def healthy(server: LiveServer) -> bool:
 # -- processes and raw sockets ----------------------------------------------------------------------
 
 
+def reset_peak(pid: int) -> None:
+    """Start a fresh peak: VmHWM drops to the current RSS (Linux: write 5 to /proc/PID/clear_refs)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
 def peak_rss(pid: int) -> int:
     """A process's peak resident memory in bytes (VmHWM)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -188,7 +193,7 @@ def closed_by_server(s: socket.socket) -> bool:
     """Whether the server has closed this connection (EOF or reset), without waiting."""
     s.setblocking(False)
     try:
-        return s.recv(1) == b""
+        return s.recv(1, socket.MSG_PEEK) == b""  # peek: an answer waiting to be read is left in place
     except BlockingIOError:
         return False
     except OSError:

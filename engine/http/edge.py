@@ -101,8 +101,9 @@ class Edge:
         except ShoalError as e:
             await self._answer(scope, send, ex, e)
         except Exception as e:  # noqa: BLE001 - last resort: a typed 500, and the server stays up
-            log.exception("unhandled error on %s", path)
-            await self._answer(scope, send, ex, ex.error or InternalError(f"{type(e).__name__}: {e}"))
+            if not ex.disconnected:  # a hang-up mid-body surfaces as the route's ClientDisconnect: no error
+                log.exception("unhandled error on %s", path)
+                await self._answer(scope, send, ex, ex.error or InternalError(f"{type(e).__name__}: {e}"))
         if path != "/metrics":
             self._count(scope, ex, started)
 
