@@ -61,7 +61,7 @@ def settings_from(**overrides: Any) -> EngineSettings:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        console.print(f"[red]invalid setting[/red] {where}: {first['msg']}", highlight=False)
+        console.print(f"[red]invalid setting[/red] {where}: {first['msg']}", highlight=False, soft_wrap=True)
         raise typer.Exit(CONFIG_ERROR) from None
 
 
@@ -107,7 +107,7 @@ def serve(
     from agent_tools.config import ToolSettings
     from agent_tools.http import tools_router
     from engine.http.app import create_app
-    from engine.http.auth import AuthConfigError
+    from engine.http.auth import AuthConfigError, auth_from
     from engine.http.server import serve_app
     from engine.runtime import AsyncEngine
 
@@ -130,12 +130,13 @@ def serve(
         metrics_port=metrics_port,
         cors_origins=cors_origin,
     )
-    engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
     try:
-        http = create_app(engine)
+        auth_from(settings)  # a key configuration it cannot use: refuse now, before loading anything
     except AuthConfigError as e:
-        console.print(f"[red]refusing to start[/red]: {e}", highlight=False)
+        console.print(f"[red]refusing to start[/red]: {e}", highlight=False, soft_wrap=True)
         raise typer.Exit(CONFIG_ERROR) from None
+    engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
+    http = create_app(engine)
     # the search tool opens only the stores and collections configured here (as model folders: off unless asked)
     restricted: dict[str, Any] = {"open_stores": False, "search_dbs": search_db or []}
     restricted["search_collections"] = search_collection or []
