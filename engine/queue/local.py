@@ -69,6 +69,7 @@ class InProcessQueue:
                 await asyncio.wait_for(self._ready.wait(), left)
             except TimeoutError:
                 break
+        self._pending = [d for d in self._pending if not d.future.done()]  # and those that left meanwhile
         order = sorted(range(len(self._pending)), key=lambda i: (self._pending[i].task.model not in prefer, i))
         taken: list[int] = []
         tokens = 0
