@@ -73,23 +73,28 @@ class BodyLimits(NamedTuple):
 
 def check_shape(obj: Any, limits: BodyLimits) -> None:
     """400 for nesting deeper than `limits.depth`, 413 for a list or map longer than `limits.length`; one
-    iterative pass that checks a container's length before visiting its entries."""
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        if depth > limits.depth:
+    pass, level by level, that checks a container's length before visiting its entries."""
+    level, depth = [obj], 0
+    while level:
+        containers: list[Any] = []
+        for node in level:
+            kind = type(node)
+            if kind is dict:
+                entries: Any = node.values()
+            elif kind is list:
+                entries = node
+            else:
+                continue
+            if len(node) > limits.length:
+                raise PayloadTooLarge(
+                    f"a list or map of {len(node):,} entries is over the limit of {limits.length:,} "
+                    "(SHOAL_MAX_BODY_LIST)"
+                )
+            containers += [e for e in entries if type(e) is dict or type(e) is list]
+        depth += 1
+        if containers and depth >= limits.depth:
             raise InvalidInput(f"the body nests deeper than {limits.depth} levels (SHOAL_MAX_BODY_DEPTH)")
-        if len(node) > limits.length:
-            raise PayloadTooLarge(
-                f"a list or map of {len(node):,} entries is over the limit of {limits.length:,} (SHOAL_MAX_BODY_LIST)"
-            )
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        level = containers
 
 
 def _jsonable(obj: Any) -> Any:
