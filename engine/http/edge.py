@@ -159,7 +159,8 @@ class Edge:
             if watcher is not None:  # the body is in: further reads wait for the client to go
                 return await asyncio.shield(watcher)
             try:
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+                async with asyncio.timeout_at(deadline):  # no task per read, unlike wait_for
+                    message = await receive()
             except TimeoutError:
                 ex.error = RequestTimeout(
                     f"the body did not arrive within {self.settings.body_timeout_s:g}s (SHOAL_BODY_TIMEOUT_S)"
