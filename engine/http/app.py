@@ -1,9 +1,9 @@
 """The HTTP app: the edge middleware (engine.http.edge), CORS when configured, health and metrics routes,
 and the route families.
 
-A route family is one module with a router (engine.http.native, .openai, .rerank); adding one (Cohere v2,
-TEI, ...) is a new module and one entry in FAMILIES. `create_app` raises AuthConfigError for a key
-configuration it cannot use: the gateway refuses to start rather than run open.
+A route family is one module with a router (engine.http.native, .openai, .rerank, .cohere, .tei); adding
+one is a new module and one entry in FAMILIES. `create_app` raises AuthConfigError for a key configuration
+it cannot use: the gateway refuses to start rather than run open.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import ShoalError
-from engine.http import native, openai, rerank
+from engine.http import cohere, native, openai, rerank, tei
 from engine.http.auth import auth_from
 from engine.http.edge import Edge
 from engine.http.redact import scrub_body, scrubber
@@ -25,7 +25,7 @@ from engine.http.replies import RouteFamily, error_response, native_error
 from engine.metrics import QUEUE_DEPTH
 from engine.runtime import AsyncEngine
 
-FAMILIES: tuple[RouteFamily, ...] = (native.FAMILY, openai.FAMILY, rerank.FAMILY)
+FAMILIES: tuple[RouteFamily, ...] = (native.FAMILY, openai.FAMILY, rerank.FAMILY, cohere.FAMILY, tei.FAMILY)
 
 
 def create_app(engine: AsyncEngine) -> FastAPI:

@@ -22,6 +22,14 @@ def estimate_tokens(text: str) -> int:
     return len(text) // 4 + 2
 
 
+def check_limits(settings: EngineSettings, n_items: int, texts: list[tuple[str, str]]) -> None:
+    """413 for too many items or an over-long text (where, text), 400 for a text no tokenizer takes; before
+    anything is queued (the routes that count or read texts themselves call this)."""
+    check_count("items", n_items, settings.max_items, "SHOAL_MAX_ITEMS")
+    for where, text in texts:
+        clean_text(where, text, settings)
+
+
 def task_items(items: list[Item], settings: EngineSettings, where: str = "items") -> list[TaskItem]:
     """The items as the task carries them: count (413), each text's length and encodability, each id."""
     check_count(where, len(items), settings.max_items, "SHOAL_MAX_ITEMS")
