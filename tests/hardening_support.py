@@ -27,6 +27,11 @@ def openai_code(r: httpx.Response) -> str:
     return str(r.json()["error"]["code"])
 
 
+def flat_code(r: httpx.Response) -> str:
+    """TEI's {error, error_type, code} and Cohere's {message, code}."""
+    return str(r.json()["code"])
+
+
 @dataclass(frozen=True)
 class Call:
     """What a case asks of a route: every field is optional; a route builds its body from those it takes."""
@@ -82,15 +87,39 @@ def _extract(c: Call) -> tuple[str, Any]:
     return f"/v1/extract/{c.model}", {"items": _items(c), "params": params}
 
 
-def _embeddings(c: Call) -> tuple[str, Any]:
-    body: dict[str, Any] = {"model": c.model, "input": [c.text] * c.n}
-    if c.dimensions is not None:
-        body["dimensions"] = c.dimensions
-    return "/v1/embeddings", body
+def _embeddings(path: str) -> Callable[[Call], tuple[str, Any]]:
+    def build(c: Call) -> tuple[str, Any]:
+        body: dict[str, Any] = {"model": c.model, "input": [c.text] * c.n}
+        if c.dimensions is not None:
+            body["dimensions"] = c.dimensions
+        return path, body
+
+    return build
 
 
-def _rerank(c: Call) -> tuple[str, Any]:
-    return "/v1/rerank", {"model": c.model, "query": c.text, "documents": [c.text] * c.n}
+def _rerank(path: str) -> Callable[[Call], tuple[str, Any]]:
+    return lambda c: (path, {"model": c.model, "query": c.text, "documents": [c.text] * c.n})
+
+
+def _cohere_embed(c: Call) -> tuple[str, Any]:
+    body = {"model": c.model, "texts": [c.text] * c.n, "input_type": "search_document", "embedding_types": ["float"]}
+    return "/v2/embed", body
+
+
+def _tei(path: str) -> Callable[[Call], tuple[str, Any]]:
+    return lambda c: (path, {"model": c.model, "inputs": [c.text] * c.n})
+
+
+def _tei_rerank(c: Call) -> tuple[str, Any]:
+    return "/rerank", {"model": c.model, "query": c.text, "texts": [c.text] * c.n}
+
+
+def _tei_predict(c: Call) -> tuple[str, Any]:
+    return "/predict", {"model": c.model, "inputs": [[c.text, c.text]] * c.n}
+
+
+def _tei_similarity(c: Call) -> tuple[str, Any]:
+    return "/", {"model": c.model, "inputs": {"source_sentence": c.text, "sentences": [c.text] * c.n}}
 
 
 def _tool_embed(c: Call) -> tuple[str, Any]:
@@ -101,16 +130,29 @@ def _model_detail(c: Call) -> tuple[str, Any]:
     return f"/v1/models/{c.model}", None
 
 
-ITEMS = frozenset({"text", "n", "required_model"})  # "required_model": an empty model id is an error there
+# "required_model": an empty model id is an error there; "item_cap": SHOAL_MAX_ITEMS bounds its list
+ITEMS = frozenset({"text", "n", "required_model", "item_cap"})
 # Every route family, one line each: a new family (Cohere v2, TEI, ...) is one more entry.
 ROUTES = [
     Route("native encode", _encode, native_code, MINILM, ITEMS | {"item_id", "instruction", "dimensions", "lora"}),
     Route("native score", _score, native_code, SCORER, ITEMS | {"item_id", "instruction", "lora"}),
-    Route("native extract", _extract, native_code, MINILM, frozenset({"n", "labels", "required_model"})),
+    Route("native extract", _extract, native_code, MINILM, frozenset({"n", "labels", "required_model", "item_cap"})),
     Route("native model detail", _model_detail, native_code, MINILM, frozenset({"required_model"}), method="GET"),
-    Route("openai embeddings", _embeddings, openai_code, MINILM, ITEMS | {"dimensions"}),
-    Route("rerank", _rerank, openai_code, SCORER, ITEMS),
-    Route("tools embed", _tool_embed, native_code, MINILM, frozenset({"text", "n"})),  # no model: the default
+    Route("openai embeddings", _embeddings("/v1/embeddings"), openai_code, MINILM, ITEMS | {"dimensions"}),
+    Route("openai embeddings, no /v1", _embeddings("/embeddings"), openai_code, MINILM, ITEMS | {"dimensions"}),
+    Route("infinity embeddings", _embeddings("/infinity/embeddings"), openai_code, MINILM, ITEMS),
+    Route("rerank", _rerank("/v1/rerank"), openai_code, SCORER, ITEMS),
+    Route("infinity rerank", _rerank("/infinity/rerank"), openai_code, SCORER, ITEMS),
+    Route("cohere v2 embed", _cohere_embed, flat_code, MINILM, ITEMS),
+    Route("cohere v2 rerank", _rerank("/v2/rerank"), flat_code, SCORER, ITEMS),
+    Route("tei embed", _tei("/embed"), flat_code, MINILM, ITEMS),
+    Route("tei embed_sparse", _tei("/embed_sparse"), flat_code, MINILM, ITEMS),
+    Route("tei tokenize", _tei("/tokenize"), flat_code, MINILM, ITEMS),
+    Route("tei rerank", _tei_rerank, flat_code, SCORER, ITEMS),
+    Route("tei predict", _tei_predict, flat_code, SCORER, ITEMS),
+    Route("tei root (similarity)", _tei_similarity, flat_code, MINILM, ITEMS),
+    # no model: the server's default; its list is bounded by SHOAL_TOOLS_MAX_TEXTS (the engine gets chunks)
+    Route("tools embed", _tool_embed, native_code, MINILM, frozenset({"text", "n"})),
 ]
 
 
