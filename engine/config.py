@@ -20,6 +20,11 @@ class EngineSettings(BaseSettings):
     max_items: int = Field(default=512, description="most items one request may carry")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="largest accepted request body")
     max_item_chars: int = Field(default=200_000, description="longest text of one item, before tokenizing")
+    # extract (engine/tasks/extract.py): GLiNER windows long texts, so one item may be far longer than encode's
+    max_extract_chars: int = Field(default=8_000_000, description="longest text of one extract item")
+    max_labels: int = Field(default=256, description="most labels in one extract request")
+    max_label_chars: int = Field(default=256, description="longest label (or label description) of a request")
+    max_extract_pairs: int = Field(default=32_768, description="most (item, label) pairs of one NLI request")
     batch_wait_ms: float = Field(default=2.0, description="how long a worker waits to fill a batch")
     max_batch_tokens: int | None = Field(default=None, description="override every card's token budget")
     request_timeout_s: float = Field(default=300.0, description="deadline given to each request")

@@ -12,6 +12,7 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
+from engine.tasks.extract import build_extract_body
 from engine.tasks.requests import build_encode_body, build_score_body
 
 WIRE_DTYPES: dict[str, type[np.generic]] = {
@@ -23,6 +24,7 @@ WIRE_DTYPES: dict[str, type[np.generic]] = {
 Item = str | dict[str, Any]  # a text, or {"id", "text", "metadata"}
 EncodeResult = dict[str, Any]  # {"id"?, "dense": ndarray, "sparse": {"indices", "values"}, "multivector": ndarray}
 ScoreResult = dict[str, Any]  # {"model", "query_id"?, "scores": [{"item_id", "score", "rank"}], "timing"}
+ExtractResult = dict[str, Any]  # {"id", "entities": [{text, label, score, start, end}], "classifications", "data"}
 
 
 def _array(values: Any, dtype: str) -> npt.NDArray[Any]:
@@ -58,6 +60,10 @@ class ModelCalls(ABC):
     @abstractmethod
     async def score_body(self, model: str, body: Any) -> dict[str, Any]:
         """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
+
+    @abstractmethod
+    async def extract_body(self, model: str, body: Any) -> dict[str, Any]:
+        """Extract from a wire body; returns the wire result {model, items, timing}."""
 
     @abstractmethod
     async def models(self) -> list[dict[str, Any]]:
@@ -129,3 +135,40 @@ class ModelCalls(ABC):
         """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
         body = build_score_body(query, items, instruction=instruction, options=options)
         return await self.score_body(model, body)
+
+    @overload
+    async def extract(
+        self,
+        model: str,
+        items: Item,
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ExtractResult: ...
+
+    @overload
+    async def extract(
+        self,
+        model: str,
+        items: list[Item],
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> list[ExtractResult]: ...
+
+    async def extract(
+        self,
+        model: str,
+        items: Item | list[Item],
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ExtractResult | list[ExtractResult]:
+        """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
+        batch = items if isinstance(items, list) else [items]
+        body = build_extract_body(batch, labels=labels, instruction=instruction, options=options)
+        results: list[ExtractResult] = (await self.extract_body(model, body))["items"]
+        return results if isinstance(items, list) else results[0]

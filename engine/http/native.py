@@ -6,8 +6,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from engine.catalogue.catalogue import check_task
-from engine.errors import InvalidInput
 from engine.http.replies import RouteFamily, engine_of, name_model, native_reply, read_body
 
 router = APIRouter()
@@ -21,11 +19,10 @@ async def encode(model: str, request: Request) -> Response:
 
 @router.post("/v1/extract/{model:path}")
 async def extract(model: str, request: Request) -> Response:
-    """No extraction model family exists yet: unknown models are 404, the others say they cannot extract."""
+    """Entities (GLiNER) or classifications (NLI, embeddings) of each item; 404 unknown model, 400 one that
+    cannot extract."""
     name_model(request, model)
-    await read_body(request)
-    check_task(engine_of(request).card(model), "extract")
-    raise InvalidInput(f"model {model!r} declares 'extract', but this version has no extraction runner")
+    return native_reply(request, await engine_of(request).extract_body(model, await read_body(request)))
 
 
 @router.post("/v1/score/{model:path}")
