@@ -36,7 +36,8 @@ class Found:
 def plan_windows(counts: Sequence[int], max_words: int, overlap: int, room: int) -> list[WordRange]:
     """Windows over words with these token counts: each at most `max_words` words and `room` tokens (a single
     word longer than `room` gets a window of its own), consecutive windows sharing up to `overlap` words
-    (never more than half a window, so each window moves on)."""
+    (never more than half a window, so each window moves on). The last window reaches back as far as the
+    limits allow, so the text's tail is read with as much context as the rest."""
     n = len(counts)
     windows: list[WordRange] = []
     i = 0
@@ -45,6 +46,11 @@ def plan_windows(counts: Sequence[int], max_words: int, overlap: int, room: int)
         while j < n and j - i < max_words and (j == i or tokens + counts[j] <= room):
             tokens += counts[j]
             j += 1
+        if j >= n and windows:  # the tail: widen it backwards, past the previous window's start at most
+            floor = windows[-1].first + 1
+            while i > floor and j - i < max_words and tokens + counts[i - 1] <= room:
+                i -= 1
+                tokens += counts[i]
         windows.append(WordRange(i, j, tokens))
         if j >= n:
             break
