@@ -48,11 +48,14 @@ def make_tiny_gliner(
     max_len: int = 64,
     seed: int = 0,
     spread: float = 0.1,
+    rnn_layers: int = 1,
+    max_width: int = 12,
 ) -> Path:
     """Save a random-weight GLiNER into `folder`: span (markerV0) or token level, uni- or bi-encoder.
 
     `spread` is the standard deviation of noise added to every weight, so that scores spread out around the
-    0.5 threshold instead of all sitting at 0.50.
+    0.5 threshold instead of all sitting at 0.50. `rnn_layers` 0 drops GLiNER's word-level LSTM (much faster
+    on long inputs, for tests that only need volume), as does a smaller `max_width` (longest entity, in words).
     """
     from gliner import GLiNER, GLiNERConfig
 
@@ -60,7 +63,14 @@ def make_tiny_gliner(
     backbone = make_backbone(work, seed)
     extra: dict[str, Any] = {"labels_encoder": str(backbone)} if bi_encoder else {}
     config = GLiNERConfig(
-        model_name=str(backbone), hidden_size=32, max_len=max_len, span_mode=span_mode, dropout=0.0, **extra
+        model_name=str(backbone),
+        hidden_size=32,
+        max_len=max_len,
+        span_mode=span_mode,
+        dropout=0.0,
+        num_rnn_layers=rnn_layers,
+        max_width=max_width,
+        **extra,
     )
     torch.manual_seed(seed)
     with warnings.catch_warnings():

@@ -99,6 +99,9 @@ class GlinerModel:
         if not words:
             return []
         tok = self.runtime.data_processor.transformer_tokenizer
+        backend = getattr(tok, "backend_tokenizer", None)  # the fast tokenizer itself: no per-word Python objects
+        if backend is not None:
+            return [len(e.ids) for e in backend.encode_batch(list(words), add_special_tokens=False)]
         return [len(ids) for ids in tok(list(words), add_special_tokens=False)["input_ids"]]
 
     def prompt_tokens(self, labels: Sequence[str]) -> int:
