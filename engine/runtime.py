@@ -27,6 +27,7 @@ from engine.queue.local import InProcessQueue
 from engine.queue.protocol import Result, WorkQueue
 from engine.residency.manager import ResidencyManager
 from engine.tasks.annotate import encode_task, score_task
+from engine.tasks.extract import ExtractRequest, extract_task, parse_extract
 from engine.tasks.requests import EncodeRequest, ScoreRequest, parse_encode, parse_score
 from engine.tasks.task import Task
 from engine.worker.loop import Worker
@@ -123,6 +124,10 @@ class AsyncEngine(ModelCalls):
         check_task(card, "score")
         return score_task(card, parse_score(body, self.settings.max_items), self.settings, tenant)
 
+    def annotate_extract(self, model: str, body: Any, tenant: str | None = None) -> Task:
+        """Validate an extract body cheaply and make it a typed task (mode, labels, thresholds resolved)."""
+        return extract_task(self.card(model), parse_extract(body, self.settings.max_items), self.settings, tenant)
+
     async def submit(self, task: Task) -> Result:
         """Enqueue and wait for the worker's result, bounded by the task's deadline; adds the total time."""
         if not self.ready:
@@ -149,6 +154,9 @@ class AsyncEngine(ModelCalls):
         check_task(card, "score")
         return await self.submit(score_task(card, req, self.settings))
 
+    async def extract_request(self, model: str, req: ExtractRequest) -> Result:
+        return await self.submit(extract_task(self.card(model), req, self.settings))
+
     # -- SDK surface -------------------------------------------------------------------------------
 
     async def encode_body(self, model: str, body: Any) -> Result:
@@ -167,6 +175,10 @@ class AsyncEngine(ModelCalls):
     async def detokenize(self, model: str, arrays: list[list[int]]) -> list[str]:
         """Texts of token-id arrays of the model's own tokenizer."""
         return (await self.tokenizer(model)).decode(arrays)
+
+    async def extract_body(self, model: str, body: Any) -> Result:
+        """Extract from a wire body; returns the wire result {model, items, timing}."""
+        return await self.submit(self.annotate_extract(model, body))
 
     async def models(self) -> list[dict[str, Any]]:
         """What /v1/models lists: each card, whether it is loaded, and its outputs."""
@@ -200,3 +212,7 @@ class Engine(SyncFacade[AsyncEngine]):
     def encode_body(self, model: str, body: Any) -> Result:
         """Encode a wire body; returns the wire result {model, items, timing}."""
         return self._run(self._core.encode_body(model, body))
+
+    def extract_body(self, model: str, body: Any) -> Result:
+        """Extract from a wire body; returns the wire result {model, items, timing}."""
+        return self._run(self._core.extract_body(model, body))

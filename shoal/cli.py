@@ -1,4 +1,4 @@
-"""The `shoal` command line: serve, worker, encode, models, ingest, search, reindex."""
+"""The `shoal` command line: serve, worker, encode, extract, models, ingest, search, reindex."""
 
 from __future__ import annotations
 
@@ -255,11 +255,13 @@ def models(
 
 
 from pipeline.cli import ingest_command, reindex_command, search_command  # noqa: E402
+from shoal.extract_cli import extract_command  # noqa: E402
 
 app.command("ingest")(ingest_command)
 app.command("search")(search_command)
 app.command("reindex")(reindex_command)
 app.command("mcp")(mcp_command)
+app.command("extract")(extract_command)
 
 
 @app.command()

@@ -19,12 +19,13 @@ from engine.tasks.task import Task
 from engine.worker.batching import BatchLimits
 from engine.worker.handlers.base import TaskHandler
 from engine.worker.handlers.encode import EncodeHandler
+from engine.worker.handlers.extract import ExtractHandler
 from engine.worker.handlers.score import ScoreHandler
 
 Outcome = Result | ShoalError
 KindHook = Callable[[str, int, int], None]  # (task kind, items, tokens) of each forward batch
 
-HANDLERS: dict[str, TaskHandler[Any, Any]] = {h.kind: h for h in (EncodeHandler(), ScoreHandler())}
+HANDLERS: dict[str, TaskHandler[Any, Any]] = {h.kind: h for h in (EncodeHandler(), ScoreHandler(), ExtractHandler())}
 
 
 def run_tasks(
