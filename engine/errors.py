@@ -60,6 +60,12 @@ class InternalError(ShoalError):
     code, status = "INTERNAL", 500
 
 
+class Unreachable(ShoalError):
+    """Client side: the server did not answer (refused, timed out, name unknown); never sent by a server."""
+
+    code, status, retry_after = "UNREACHABLE", 503, 1.0
+
+
 ERRORS_BY_CODE: dict[str, type[ShoalError]] = {
     cls.code: cls
     for cls in (
@@ -73,6 +79,7 @@ ERRORS_BY_CODE: dict[str, type[ShoalError]] = {
         ResourceExhausted,
         DeadlineExceeded,
         InternalError,
+        Unreachable,
     )
 }
 

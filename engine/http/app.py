@@ -16,13 +16,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import InternalError, ShoalError, Unauthorized
-from engine.http import native, openai, rerank
+from engine.http import console, docs, native, openai, rerank, status
 from engine.http.replies import RouteFamily, error_response, native_error
 from engine.metrics import LATENCY, QUEUE_DEPTH, REQUESTS
 from engine.runtime import AsyncEngine
 
-FAMILIES: tuple[RouteFamily, ...] = (native.FAMILY, openai.FAMILY, rerank.FAMILY)
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
+FAMILIES: tuple[RouteFamily, ...] = (native.FAMILY, openai.FAMILY, rerank.FAMILY, status.FAMILY, console.FAMILY)
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics", console.PUBLIC_PREFIX)  # and "/", the console's page
 ENDPOINTS = {"encode", "score", "extract", "embeddings", "rerank", "models"}
 
 
@@ -41,7 +41,8 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         yield
         await engine.close()
 
-    app = FastAPI(title="shoal", version="0.1.0", lifespan=lifespan)
+    # /docs and /redoc come from engine.http.docs (assets from a package, not a CDN)
+    app = FastAPI(title="shoal", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine = engine
 
     @app.middleware("http")
@@ -51,7 +52,7 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         started = time.perf_counter()
         try:
             authorized = request.headers.get("authorization", "") == f"Bearer {settings.api_key}"
-            if settings.api_key and not path.startswith(OPEN_PATHS) and not authorized:
+            if settings.api_key and not (path == "/" or path.startswith(OPEN_PATHS)) and not authorized:
                 raise Unauthorized("missing or wrong API key; send 'Authorization: Bearer <key>'")
             response = await call_next(request)
         except ShoalError as e:
@@ -79,6 +80,7 @@ def create_app(engine: AsyncEngine) -> FastAPI:
 
     for family in FAMILIES:
         app.include_router(family.router)
+    app.include_router(docs.router)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

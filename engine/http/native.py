@@ -8,18 +8,20 @@ from fastapi import APIRouter, Request, Response
 
 from engine.catalogue.catalogue import check_task
 from engine.errors import InvalidInput
+from engine.http.bodies import ExtractBody, request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, native_reply, read_body
+from engine.tasks.requests import EncodeRequest, ScoreRequest
 
 router = APIRouter()
 
 
-@router.post("/v1/encode/{model:path}")
+@router.post("/v1/encode/{model:path}", openapi_extra=request_body(EncodeRequest))
 async def encode(model: str, request: Request) -> Response:
     name_model(request, model)
     return native_reply(request, await engine_of(request).encode_body(model, await read_body(request)))
 
 
-@router.post("/v1/extract/{model:path}")
+@router.post("/v1/extract/{model:path}", openapi_extra=request_body(ExtractBody))
 async def extract(model: str, request: Request) -> Response:
     """No extraction model family exists yet: unknown models are 404, the others say they cannot extract."""
     name_model(request, model)
@@ -28,7 +30,7 @@ async def extract(model: str, request: Request) -> Response:
     raise InvalidInput(f"model {model!r} declares 'extract', but this version has no extraction runner")
 
 
-@router.post("/v1/score/{model:path}")
+@router.post("/v1/score/{model:path}", openapi_extra=request_body(ScoreRequest))
 async def score(model: str, request: Request) -> Response:
     name_model(request, model)
     return native_reply(request, await engine_of(request).score_body(model, await read_body(request)))

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput, ShoalError
+from engine.http.bodies import EmbeddingsBody, request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
 
@@ -58,7 +59,7 @@ def embeddings_response(model: str, result: dict[str, Any], as_base64: bool) -> 
     }
 
 
-@router.post("/v1/embeddings")
+@router.post("/v1/embeddings", openapi_extra=request_body(EmbeddingsBody, msgpack=False))
 async def embeddings(request: Request) -> Response:
     model, req, as_base64 = embeddings_request(await read_body(request))
     name_model(request, model)

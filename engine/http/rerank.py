@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput
+from engine.http.bodies import RerankBody, request_body
 from engine.http.openai import openai_error
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
 from engine.tasks.requests import Item, ScoreRequest
@@ -39,7 +40,7 @@ def rerank_request(body: Any) -> tuple[str, ScoreRequest, int | None, bool]:
     return model, req, top_n, bool(body.get("return_documents", False))
 
 
-@router.post("/v1/rerank")
+@router.post("/v1/rerank", openapi_extra=request_body(RerankBody, msgpack=False))
 async def rerank(request: Request) -> Response:
     """{model, query, documents, top_n?, return_documents?} -> {model, results: [{index, relevance_score}]}."""
     model, req, top_n, return_documents = rerank_request(await read_body(request))
