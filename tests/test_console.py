@@ -1,0 +1,132 @@
+"""The web console at / (static files, no CDN), GET /v1/status, offline /docs, request bodies in openapi.json,
+and the console in a real browser: headless Chromium from Debian driven by Playwright, against a live server
+with an API key: no data until the key is given, then an encode from the playground, seen and screenshotted."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.config import EngineSettings
+from engine.http.app import create_app
+from engine.http.console import FILES
+from engine.runtime import AsyncEngine
+from tests.helpers import LiveServer
+
+KEY = "console-test-key"
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    """The gateway's app in-process, with an API key (no model is loaded by these requests)."""
+    app = create_app(AsyncEngine(EngineSettings(api_key=KEY)))
+    with TestClient(app) as c:
+        yield c
+
+
+def auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEY}"}
+
+
+def test_console_is_served_without_a_key_and_holds_no_data(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    for name in FILES:
+        r = client.get(f"/console/{name}")
+        assert r.status_code == 200, name
+        assert not re.search(r"(src|href)=\"https?://", r.text), f"{name} loads something from the network"
+        assert "sentence-transformers" not in r.text or name.endswith(".js"), "no data baked into the page"
+    for outside in ("/console/%2e%2e/__init__.py", "/console/nosuch.js", "/console/pages/%2e%2e/%2e%2e/docs.py"):
+        assert client.get(outside).status_code == 404, outside
+    assert client.get("/v1/models").status_code == 401 and client.get("/v1/status").status_code == 401
+
+
+def test_status_reports_models_tiers_queue_and_rates(client: TestClient) -> None:
+    s = client.get("/v1/status", headers=auth()).json()
+    assert s["status"] == "ready" and s["mode"] == "embedded" and s["auth"] is True
+    assert set(s["tiers"]) == {"device", "host", "disk"} and s["tiers"]["device"]["budget"] > 0
+    assert set(s["queue"]) == {"kind", "pending", "held", "dead_letters"} and s["queue"]["kind"] == "in-process"
+    minilm = next(m for m in s["models"] if m["name"] == "sentence-transformers/all-MiniLM-L6-v2")
+    assert minilm["weights"]["source"] == "package" and minilm["tier"] in ("disk", "device", "host")
+    assert {"requests", "errors", "items", "tokens"} <= set(s["totals"])
+    assert s["rates"]["window_s"] is None or s["rates"]["window_s"] > 0
+
+
+def test_every_post_route_documents_its_body(client: TestClient) -> None:
+    spec = client.get("/openapi.json", headers=auth()).json()
+    posts = {p: ops["post"] for p, ops in spec["paths"].items() if "post" in ops}
+    assert {"/v1/encode/{model}", "/v1/score/{model}", "/v1/embeddings", "/v1/rerank"} <= set(posts)
+    for path, op in posts.items():
+        schema = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+        assert schema and (schema.get("properties") or schema.get("oneOf")), f"POST {path} has no body schema"
+        assert "$defs" not in str(schema), f"POST {path}: unresolved references"
+    encode = posts["/v1/encode/{model}"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "items" in encode["properties"] and "params" in encode["properties"]
+
+
+def test_docs_work_offline(client: TestClient) -> None:
+    for path in ("/docs", "/redoc"):
+        html = client.get(path, headers=auth()).text
+        urls = re.findall(r"(?:src|href)=[\"']([^\"']+)[\"']", html)
+        assert urls and all(u.startswith(("/docs/assets/", "/openapi.json")) for u in urls), urls
+        for u in urls:
+            if u.startswith("/docs/assets/"):
+                assert client.get(u, headers=auth()).status_code == 200, u
+    assert "cdn" not in client.get("/docs", headers=auth()).text.lower()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("no Chromium at /usr/bin/chromium: apt-get install chromium (scripts/setup.sh does as root)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield b
+        b.close()
+
+
+@pytest.mark.slow
+def test_console_in_a_real_browser(browser: object, tmp_path: Path) -> None:
+    server = LiveServer(env={"SHOAL_API_KEY": KEY}).wait_ready()
+    try:
+        page = browser.new_page(viewport={"width": 1200, "height": 900})  # type: ignore[attr-defined]
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server.url + "/")
+        page.wait_for_selector("#key-dialog[open]")
+        assert "all-MiniLM" not in page.inner_text("body"), "no data is shown without the key"
+        page.screenshot(path=str(tmp_path / "console-key.png"))
+        page.fill("#key-input", "wrong")
+        page.click("#key-form button")
+        page.wait_for_selector("#key-error:not([hidden])")
+        assert "refused" in page.inner_text("#key-error")
+        page.fill("#key-input", KEY)
+        page.click("#key-form button")
+        page.wait_for_selector("#models table")
+        assert "sentence-transformers/all-MiniLM-L6-v2" in page.inner_text("#models")
+        page.screenshot(path=str(tmp_path / "console-overview.png"), full_page=True)
+        page.click("nav a[href='#/playground']")
+        page.fill("#encode-texts", "a cat sits on the mat\na kitten rests on a rug\nstock markets fell today")
+        page.click("#encode-run")
+        page.wait_for_selector("#encode-result table.sim", timeout=180_000)
+        result = page.inner_text("#encode-result")
+        assert "3 vectors of 384 dims" in result and "1.000" in result
+        cells = [float(x) for x in re.findall(r"\d\.\d{3}", page.inner_text("#encode-result table.sim"))]
+        sim = [cells[i * 3 : i * 3 + 3] for i in range(3)]
+        assert sim[0][1] > sim[0][2] and sim[1][0] > sim[1][2], f"cats are closer to kittens than to stocks: {sim}"
+        page.screenshot(path=str(tmp_path / "console-encode.png"), full_page=True)
+        assert not errors, errors
+        shutil.copy(tmp_path / "console-encode.png", tmp_path / "console.png")
+    finally:
+        server.stop()
