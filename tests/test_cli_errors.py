@@ -138,3 +138,14 @@ def test_encode_binary_reports_the_model_dimension(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     line = json.loads(r.stdout)
     assert line["dims"] == 384 and len(line["dense"]) == 48, "384 dims travel as 48 packed bytes"
+
+
+def test_status_of_a_server(tmp_path: Path, server: object, dead_url: str) -> None:
+    url = server.url  # type: ignore[attr-defined]
+    r = shoal("status", "--url", url, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"shoal 0.1.0 at {url}: ready (embedded") and "queue      in-process" in r.stdout
+    assert "device " in r.stdout and "models     " in r.stdout
+    s = json.loads(shoal("status", "--url", url, "--json", cwd=tmp_path).stdout)
+    assert s["status"] == "ready" and {m["name"] for m in s["models"]} >= {"sentence-transformers/all-MiniLM-L6-v2"}
+    assert_short_error(shoal("status", "--url", dead_url, cwd=tmp_path), "UNREACHABLE", 2)

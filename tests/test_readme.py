@@ -85,7 +85,7 @@ BLOCKS: dict[str, Runner | str] = {
     "# NOT YET RUNNABLE HERE: needs a GLiNER model card and its weights (see docs/troubleshooting.md#missing-weights)":
         skip("marked not runnable: no GLiNER model card or weights yet (the extraction work adds them)"),
     "pip install 'shoal[qdrant]'      # qdrant-client": skip("installs packages; the dev extra already has them"),
-    "shoal search \"seal\" --where source=pt400-pump-manual.pdf --where 'pages>=2'": run_shell,
+    "shoal search \"seal\" --where source=pt400-pump-manual.pdf --where pages=2    # on a list, = means \"holds\"": run_shell,
     "shoal serve --taxonomy examples/taxonomy/products.yaml": run_tools_curl,
     "import agent_tools": run_python,
     "with shoal.Engine() as engine:": skip("cross-encoder/ms-marco-MiniLM-L-6-v2 has no weights offline; "
@@ -142,6 +142,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # a dozen `shoal` processes, each importing torch and loading MiniLM
 def test_readme_examples_run(workspace: Workspace) -> None:
     ran = []
     for _, first, text in blocks():

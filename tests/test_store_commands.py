@@ -158,3 +158,31 @@ def test_ingest_summary_title_names_the_collection(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["ingest", str(docs / "lease.md"), "--db", str(tmp_path / "db"), "-c", "leases"])
     assert r.exit_code == 0, r.output
     assert "collection leases" in " ".join(r.stdout.split()), r.stdout
+
+
+def test_search_routes_for_the_console(built: tuple[Path, Path], engine: Any) -> None:
+    """GET/POST /v1/search as `shoal serve --db` mounts them (the console's Search page)."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from pipeline.http import search_router
+
+    _, db = built
+    app = FastAPI()
+    app.include_router(search_router(engine, str(db)))
+    with TestClient(app) as c:
+        assert c.get("/v1/search").json() == {"db": str(db), "collection": "chunks", "collections": ["chunks"]}
+        r = c.post("/v1/search", json={"query": "impeller blocked", "top_k": 2})
+        assert r.status_code == 200, r.text
+        hits = r.json()["hits"]
+        assert len(hits) == 2 and hits[0]["source"] == "pump.md" and "E-417" in hits[0]["text"]
+        assert c.post("/v1/search", json={"query": ""}).json()["detail"]["code"] == "INVALID_INPUT"
+        r = c.post("/v1/search", json={"query": "x", "collection": "nope"})
+        assert r.status_code == 404 and r.json()["detail"]["code"] == "NO_COLLECTION"
+        r = c.post("/v1/search", json={"query": "x", "where": ["colour=red"]})
+        assert r.status_code == 400 and r.json()["detail"]["code"] == "UNKNOWN_FIELD"
+    gone = FastAPI()
+    gone.include_router(search_router(engine, str(db) + "-missing"))
+    with TestClient(gone) as c:
+        assert c.get("/v1/search").json()["collections"] == []
+    assert not Path(str(db) + "-missing").exists(), "listing a missing store does not create it"
