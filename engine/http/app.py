@@ -1,7 +1,7 @@
 """The HTTP app: middleware (auth, metrics, never a bare 500), health routes, and the route families.
 
-A route family is one module with a router (engine.http.native, .openai, .rerank); adding one (Cohere v2,
-TEI, ...) is a new module and one entry in FAMILIES.
+A route family is one module with a router (engine.http.native, .openai, .rerank, .cohere, .tei); adding
+one is a new module and one entry in FAMILIES.
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import InternalError, ShoalError, Unauthorized
-from engine.http import console, docs, native, openai, rerank, status
+from engine.http import cohere, console, docs, native, openai, rerank, status, tei
 from engine.http.replies import RouteFamily, error_response, native_error
 from engine.metrics import LATENCY, QUEUE_DEPTH, REQUESTS
 from engine.runtime import AsyncEngine
 
-FAMILIES: tuple[RouteFamily, ...] = (native.FAMILY, openai.FAMILY, rerank.FAMILY, status.FAMILY, console.FAMILY)
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics", console.PUBLIC_PREFIX)  # and "/", the console's page
+FAMILIES: tuple[RouteFamily, ...] = (
+    native.FAMILY, openai.FAMILY, rerank.FAMILY, cohere.FAMILY, tei.FAMILY, status.FAMILY, console.FAMILY,
+)  # fmt: skip
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics", console.PUBLIC_PREFIX)  # and GET /, the console's page
 ENDPOINTS = {"encode", "score", "extract", "embeddings", "rerank", "models"}
 
 
@@ -52,7 +54,8 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         started = time.perf_counter()
         try:
             authorized = request.headers.get("authorization", "") == f"Bearer {settings.api_key}"
-            if settings.api_key and not (path == "/" or path.startswith(OPEN_PATHS)) and not authorized:
+            open_path = path.startswith(OPEN_PATHS) or (path == "/" and request.method == "GET")
+            if settings.api_key and not open_path and not authorized:
                 raise Unauthorized("missing or wrong API key; send 'Authorization: Bearer <key>'")
             response = await call_next(request)
         except ShoalError as e:

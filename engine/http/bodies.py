@@ -55,10 +55,10 @@ class ExtractBody(BaseModel):
 
 
 class EmbeddingsBody(BaseModel):
-    """POST /v1/embeddings (OpenAI): one text or a list of texts."""
+    """POST /v1/embeddings (OpenAI): texts, or token-id arrays (cl100k ids are decoded)."""
 
     model: str
-    input: str | list[str]
+    input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1, description="Matryoshka truncation")
     user: str | None = Field(None, description="accepted and ignored")
@@ -72,3 +72,75 @@ class RerankBody(BaseModel):
     documents: list[str | dict[str, str]] = Field(description="strings, or objects with 'text'")
     top_n: int | None = Field(None, ge=1)
     return_documents: bool = False
+
+
+TokenIds = list[int]
+
+
+class TeiEmbedBody(BaseModel):
+    """POST /embed, /embed_sparse and / (Hugging Face TEI): texts or token-id arrays."""
+
+    inputs: str | list[str] | TokenIds | list[TokenIds] | dict[str, Any] = Field(
+        description="texts or token ids; on POST /, {source_sentence, sentences} for similarity scores"
+    )
+    model: str | None = Field(None, description="default: the server's default model")
+    normalize: bool | None = None
+    truncate: bool | None = None
+    truncation_direction: Literal["Right"] = "Right"
+    prompt_name: str | None = Field(None, description="query or document")
+    dimensions: int | None = Field(None, ge=1)
+    parameters: dict[str, Any] | None = Field(None, description="the same options, nested (huggingface_hub)")
+
+
+class TeiRerankBody(BaseModel):
+    """POST /rerank: TEI's {query, texts} (or, with `documents`, the /v1/rerank shape)."""
+
+    query: str
+    texts: list[str] | None = None
+    documents: list[str | dict[str, str]] | None = Field(None, description="instead of texts: /v1/rerank's shape")
+    model: str | None = None
+    truncate: bool | None = None
+    raw_scores: bool | None = None
+    return_text: bool | None = None
+    top_n: int | None = Field(None, ge=1)
+    return_documents: bool | None = None
+
+
+class TeiPredictBody(BaseModel):
+    """POST /predict: a [text, text_pair] pair or a list of pairs, scored by a reranker."""
+
+    inputs: list[str] | list[list[str]]
+    model: str | None = None
+    raw_scores: bool | None = None
+    truncate: bool | None = None
+
+
+class TeiTokenizeBody(BaseModel):
+    """POST /tokenize."""
+
+    inputs: str | list[str]
+    model: str | None = None
+    add_special_tokens: bool | None = None
+
+
+class CohereEmbedBody(BaseModel):
+    """POST /v2/embed (Cohere v2)."""
+
+    model: str
+    texts: list[str] | None = None
+    inputs: list[dict[str, Any]] | None = Field(None, description="[{content: [{type: text, text}]}]")
+    input_type: str = "search_document"
+    embedding_types: list[str] | None = Field(None, description="float, int8, uint8, binary, ubinary, base64")
+    truncate: Literal["NONE", "END"] = "END"
+    output_dimension: int | None = Field(None, ge=1)
+
+
+class CohereRerankBody(BaseModel):
+    """POST /v2/rerank (Cohere v2)."""
+
+    model: str
+    query: str
+    documents: list[str | dict[str, str]]
+    top_n: int | None = Field(None, ge=1)
+    return_documents: bool | None = None
+    max_tokens_per_doc: int | None = None
