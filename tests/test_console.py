@@ -49,6 +49,7 @@ def test_console_is_served_without_a_key_and_holds_no_data(client: TestClient) -
     for outside in ("/console/%2e%2e/__init__.py", "/console/nosuch.js", "/console/pages/%2e%2e/%2e%2e/docs.py"):
         assert client.get(outside).status_code == 404, outside
     assert client.get("/v1/models").status_code == 401 and client.get("/v1/status").status_code == 401
+    assert client.post("/", json={"inputs": "x"}).status_code == 401, "only GET / (the page) is open, not TEI's POST /"
 
 
 def test_status_reports_models_tiers_queue_and_rates(client: TestClient) -> None:
