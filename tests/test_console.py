@@ -175,3 +175,19 @@ def test_console_shows_extract_when_a_model_can(browser: object, live: LiveServe
     assert seen[0]["params"] == {"labels": ["person", "organisation", "date"]}
     page.screenshot(path=str(tmp_path / "console-extract.png"), full_page=True)
     page.close()
+
+
+@pytest.mark.slow
+def test_docs_render_offline_in_a_browser(browser: object, live: LiveServer, tmp_path: Path) -> None:
+    """Swagger UI at /docs draws every route from files the server itself serves (the machine has no internet)."""
+    context = browser.new_context(extra_http_headers={"Authorization": f"Bearer {KEY}"})  # type: ignore[attr-defined]
+    page = context.new_page()
+    outside: list[str] = []
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(live.url) else None)
+    page.goto(live.url + "/docs")
+    page.wait_for_selector(".swagger-ui .opblock-summary-path", timeout=60_000)
+    shown = page.inner_text(".swagger-ui")
+    assert "/v1/encode/{model}" in shown and "/v1/status" in shown
+    assert not outside, f"the docs page asked the network for {outside}"
+    page.screenshot(path=str(tmp_path / "docs.png"))
+    context.close()
