@@ -70,7 +70,7 @@ class Failure:
         return [*out, f"  {self.hint}"] if self.hint else out
 
 
-def one_line(text: str, limit: int = 400) -> str:
+def one_line(text: str, limit: int = 600) -> str:
     """Collapse a message to one line of at most `limit` characters."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."

@@ -33,15 +33,19 @@ def settings_from(**overrides: Any) -> EngineSettings:
 
 def check_preload(settings: EngineSettings) -> None:
     """Refuse, in one line, to start with a preload model that is unknown or has no weights here."""
+    import engine.errors
     from engine.catalogue.availability import weights_status
     from engine.catalogue.catalogue import Catalogue
-    from engine.errors import ModelLoadFailed
 
+    # "model unavailable" (the hardening work's code for missing weights) where this version has it
+    unavailable: type[engine.errors.ShoalError] = getattr(
+        engine.errors, "ModelUnavailable", engine.errors.ModelLoadFailed
+    )
     catalogue = Catalogue(settings.model_dir)
     for model in [*settings.preload, *settings.pin]:
         status = weights_status(catalogue.get(model), settings.offline)
-        if not status.available:
-            raise ModelLoadFailed(f"cannot preload {model!r}: {status.summary()}")
+        if status.source == "missing":
+            raise unavailable(f"cannot preload {model!r}: {status.summary()}")
 
 
 def serve(
