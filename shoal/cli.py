@@ -8,8 +8,6 @@ could not be reached, 3 some files failed (ingest, reindex). Expected errors pri
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from agent_tools.cli import mcp_command
@@ -17,37 +15,18 @@ from pipeline.cli import ingest_command, reindex_command, search_command
 from shoal.commands import encode, models, serving, status, store
 from shoal.commands.base import ShoalGroup
 
-VERSION = "0.1.0"
-
 app = typer.Typer(
-    cls=ShoalGroup,
+    cls=ShoalGroup,  # --version, --debug, and expected errors as one or two lines with their exit code
     help="shoal: serve many small models (embedders, rerankers, sparse, late interaction) from one engine, "
     "ingest documents into vector stores and search them.",
     epilog="Exit codes: 0 ok, 1 usage or config error, 2 server or store unreachable, 3 some files failed. "
     "Docs: README.md and docs/ in the project.",
     no_args_is_help=True,
+    context_settings={"help_option_names": ["--help", "-h"]},  # every command's too
     add_completion=False,
     rich_markup_mode=None,  # plain help: no rich import, so --help answers fast
     pretty_exceptions_enable=False,
 )
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"shoal {VERSION}")
-        raise typer.Exit()
-
-
-@app.callback()
-def main(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
-    ] = False,
-    debug: Annotated[
-        bool, typer.Option("--debug", help="show tracebacks (also after a command, or SHOAL_DEBUG=1)")
-    ] = False,
-) -> None:
-    """shoal: many small models from one engine."""
 
 
 # serving and models

@@ -135,11 +135,22 @@ def test_version_and_bad_config(tmp_path: Path) -> None:
     assert "steps.1.kind" in lines[0] and "target_tokens" in lines[0]
 
 
-def test_encode_binary_reports_the_model_dimension(tmp_path: Path) -> None:
-    r = shoal("encode", "one text", "--dtype", "binary", cwd=tmp_path)
+@pytest.mark.parametrize("dtype", ["binary", "ubinary"])
+def test_encode_binary_reports_the_model_dimension(tmp_path: Path, dtype: str) -> None:
+    r = shoal("encode", "one text", "--dtype", dtype, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     line = json.loads(r.stdout)
     assert line["dims"] == 384 and len(line["dense"]) == 48, "384 dims travel as 48 packed bytes"
+
+
+def test_encode_offers_exactly_the_engine_dtypes() -> None:
+    """The CLI checks --dtype before loading anything, against its own copy of the engine's list."""
+    from typing import get_args
+
+    from engine.tasks.task import OUTPUT_DTYPES
+    from shoal.commands.encode import Dtype
+
+    assert get_args(Dtype) == OUTPUT_DTYPES
 
 
 def test_status_of_a_server(tmp_path: Path, server: object, dead_url: str) -> None:

@@ -13,25 +13,53 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from shoal import __version__
 from shoal.failures import USAGE, explain
 
 DEBUG_KEY = "shoal.debug"
+GLOBAL_OPTIONS = [
+    ("-h, --help", "show this message and exit (and `shoal COMMAND --help` for a command)"),
+    ("--version", "print the version and exit"),
+    ("--debug", "show tracebacks instead of one-line errors (anywhere on the line; or SHOAL_DEBUG=1)"),
+]
+
+
+# click's UsageError (bad option, missing argument), as the click that typer vendors defines it
+USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
 def _usage_error(exc: BaseException) -> bool:
-    """A click usage error (bad option, missing argument): typer vendors click, so match by its base class."""
-    return isinstance(exc, typer.BadParameter.__mro__[1])  # UsageError
+    return isinstance(exc, USAGE_ERROR)
 
 
 class ShoalGroup(TyperGroup):
-    """TyperGroup with the CLI's error contract (see the module docstring)."""
+    """TyperGroup with the CLI's error contract (see the module docstring) and the global flags.
+
+    --version, --debug and the group's own --help are read here rather than declared as options: typer builds
+    a pydantic adapter for every option it processes, and the group's options are processed on every call,
+    so any declared group option would cost each `shoal CMD --help` the import of pydantic.
+    """
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         end = args.index("--") if "--" in args else len(args)
         if "--debug" in args[:end] or os.environ.get("SHOAL_DEBUG", "") not in ("", "0", "false"):
             ctx.meta[DEBUG_KEY] = True
             args = [a for i, a in enumerate(args) if not (a == "--debug" and i < end)]
+        if args[:1] == ["--version"]:
+            print(f"shoal {__version__}")
+            ctx.exit()
+        if args[:1] and args[0] in ctx.help_option_names:
+            print(self.get_help(ctx))
+            ctx.exit()
         return super().parse_args(ctx, args)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return None  # the group's --help is read in parse_args (see the class docstring)
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        with formatter.section("Global options"):
+            formatter.write_dl(GLOBAL_OPTIONS)
+        super().format_options(ctx, formatter)
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         try:

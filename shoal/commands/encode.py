@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# the engine's output dtypes (engine.tasks.task.OUTPUT_DTYPES; a test keeps the two equal), checked before any load
+Dtype = Literal["float32", "float16", "int8", "uint8", "binary", "ubinary"]
+PACKED = ("binary", "ubinary")  # 8 dims to a byte
 
 
 def dims_of(vec: Any, dtype: str, dimensions: int | None) -> int:
-    """The vector's dimension as the model sees it: binary vectors travel as packed bytes (8 dims each)."""
-    if dtype == "binary":
+    """The vector's dimension as the model sees it: (u)binary vectors travel as packed bytes (8 dims each)."""
+    if dtype in PACKED:
         return dimensions or int(vec.shape[-1]) * 8
     return int(vec.shape[-1])
 
@@ -31,7 +34,9 @@ def encode(
         bool, typer.Option("--query", help="encode as queries (adds the card's query instruction)")
     ] = False,
     dimensions: Annotated[int | None, typer.Option(help="Matryoshka truncation to this many dims")] = None,
-    dtype: Annotated[str, typer.Option(help="float32, float16, int8 or binary (packed bits)")] = "float32",
+    dtype: Annotated[
+        Dtype, typer.Option(help="float32, float16, int8, uint8, binary or ubinary (the last two: packed bits)")
+    ] = "float32",
 ) -> None:
     """Encode texts and print one JSON line per text: {text, dims, dense}.
 
