@@ -13,6 +13,7 @@ from typing import Any
 from engine.aio import cancel_and_wait
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.catalogue import Catalogue, check_task, model_info
+from engine.catalogue.folders import FolderPolicy
 from engine.client.calls import ModelCalls
 from engine.client.sync import SyncFacade
 from engine.config import EngineSettings
@@ -50,7 +51,10 @@ class AsyncEngine(ModelCalls):
         faults: FaultInjector | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
-        self.catalogue = Catalogue(self.settings.model_dir)
+        s = self.settings
+        self.catalogue = Catalogue(
+            s.model_dir, FolderPolicy(s.local_models, tuple(s.model_roots)), max_id_chars=s.max_model_id_chars
+        )
         self.queue: WorkQueue | None = queue
         self.registry = ResidencyManager(
             self.catalogue, self.settings.device, self.settings.offline, self.settings, loader=loader, faults=faults
@@ -111,13 +115,13 @@ class AsyncEngine(ModelCalls):
         """Validate an encode body cheaply (no tokenising) and make it a typed task, defaults resolved."""
         card = self.card(model)
         check_task(card, "encode")
-        return encode_task(card, parse_encode(body), self.settings, tenant)
+        return encode_task(card, parse_encode(body, self.settings.max_items), self.settings, tenant)
 
     def annotate_score(self, model: str, body: Any, tenant: str | None = None) -> Task:
         """Validate a score body cheaply and make it a typed task (the candidates are its items)."""
         card = self.card(model)
         check_task(card, "score")
-        return score_task(card, parse_score(body), self.settings, tenant)
+        return score_task(card, parse_score(body, self.settings.max_items), self.settings, tenant)
 
     async def submit(self, task: Task) -> Result:
         """Enqueue and wait for the worker's result, bounded by the task's deadline; adds the total time."""

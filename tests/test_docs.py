@@ -55,3 +55,18 @@ def test_http_reference_names_every_route() -> None:
     paths = {p.replace("{model:path}", "{model}").replace("{name:path}", "{name}") for p in paths}
     missing = sorted(p for p in paths if p and p not in text)
     assert not missing, f"routes missing from docs/http-api.md: {missing}"
+
+
+def test_http_reference_explains_every_error_code() -> None:
+    """Every error code the engine can answer with has a row in the error table, with its HTTP status."""
+    import engine.errors
+
+    table = [line for line in (DOCS / "http-api.md").read_text().splitlines() if line.startswith("| `")]
+    missing = []
+    for cls in vars(engine.errors).values():
+        if isinstance(cls, type) and issubclass(cls, engine.errors.ShoalError) and cls is not engine.errors.ShoalError:
+            if cls.code == "UNREACHABLE":
+                continue  # the SDK's own, never an HTTP answer (the page says so below the table)
+            if not any(f"`{cls.code}`" in line and f"| {cls.status}" in line for line in table):
+                missing.append(f"{cls.code} {cls.status}")
+    assert not missing, f"error codes missing from the table in docs/http-api.md: {missing}"

@@ -19,6 +19,7 @@ from engine.http.bodies import EmbeddingsBody, request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body
 from engine.runtime import AsyncEngine
 from engine.tasks.annotate import check_limits
+from engine.tasks.limits import check_count
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
 from engine.tasks.token_input import decode_cl100k, parse_input
 
@@ -51,6 +52,7 @@ async def input_texts(engine: AsyncEngine, body: Any) -> tuple[str, list[str]]:
     if not isinstance(model, str) or not model:
         raise InvalidInput("'model' is required")
     value = parse_input(body.get("input"))
+    check_count("input", len(value), engine.settings.max_items, "SHOAL_MAX_ITEMS")  # before items are built
     if value and isinstance(value[0], str):
         return model, [t for t in value if isinstance(t, str)]
     arrays = [a for a in value if isinstance(a, list)]

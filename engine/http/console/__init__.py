@@ -22,6 +22,11 @@ FILES = {p.relative_to(STATIC).as_posix(): p for p in STATIC.rglob("*") if p.suf
 router = APIRouter(include_in_schema=False)
 
 
+def is_public(method: str, path: str) -> bool:
+    """Whether a request is for the console's page or its assets, which the API key does not guard."""
+    return path.startswith(PUBLIC_PREFIX) or (path == "/" and method in ("GET", "HEAD"))
+
+
 class NotFound(ShoalError):
     code, status = "NOT_FOUND", 404
 
