@@ -160,3 +160,21 @@ def test_status_of_a_server(tmp_path: Path, server: object, dead_url: str) -> No
     s = json.loads(shoal("status", "--url", url, "--json", cwd=tmp_path).stdout)
     assert s["status"] == "ready" and {m["name"] for m in s["models"]} >= {"sentence-transformers/all-MiniLM-L6-v2"}
     assert_short_error(shoal("status", "--url", dead_url, cwd=tmp_path), "UNREACHABLE", 2)
+
+
+@pytest.mark.parametrize(
+    "args, env, code, says",
+    [
+        (["--device-budget", "lots"], {}, "INVALID_SETTING", "device_budget"),
+        ([], {"SHOAL_API_KEY": ""}, "INVALID_CONFIG", "SHOAL_API_KEY is set but empty"),
+        (["--api-keys-file", "/nonexistent/keys"], {}, "INVALID_CONFIG", "cannot read the API keys file"),
+    ],
+    ids=["bad-setting", "empty-key", "missing-keys-file"],
+)
+def test_serve_refuses_a_bad_configuration_in_one_line(
+    tmp_path: Path, args: list[str], env: dict[str, str], code: str, says: str
+) -> None:
+    """A configuration error (exit 1), before any model loads; the gateway never starts open."""
+    r = shoal("serve", "--port", str(free_port()), *args, cwd=tmp_path, env=env)
+    lines = assert_short_error(r, code, 1)
+    assert says in lines[0] and lines[1].strip().startswith("see docs/")

@@ -1,6 +1,7 @@
 """The web console at / (static files, no CDN), GET /v1/status, offline /docs, request bodies in openapi.json,
 and the console in a real browser: headless Chromium from Debian driven by Playwright, against a live server
-with an API key: no data until the key is given, then an encode from the playground, seen and screenshotted."""
+with an API key: no data until the key is given, then an encode from the playground, seen and screenshotted;
+a score in the playground ranked as the API ranks it, and a search of the store `shoal serve --db` names."""
 
 from __future__ import annotations
 
@@ -191,3 +192,69 @@ def test_docs_render_offline_in_a_browser(browser: object, live: LiveServer, tmp
     assert not outside, f"the docs page asked the network for {outside}"
     page.screenshot(path=str(tmp_path / "docs.png"))
     context.close()
+
+
+@pytest.fixture(scope="module")
+def live_with_store(browser: object, tmp_path_factory: pytest.TempPathFactory, engine: object) -> Iterator[LiveServer]:
+    """`shoal serve --db` over a folder ingested here, with a tiny cross-encoder from a model root (random
+    weights: its scores mean nothing, but the console must show them as the API ranks them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline import ingest
+    from tests.test_store_commands import write_docs
+    from tests.tiny_models import make
+
+    base = tmp_path_factory.mktemp("console-store")
+    docs = write_docs(base / "docs")
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API holds this thread's event loop; ingest runs its own
+        pool.submit(ingest, docs, db=f"lancedb://{base / 'db'}", client=engine).result()
+    make("bert", "ForSequenceClassification", base / "models" / "tiny-ce", num_labels=1)
+    args = ["--db", f"lancedb://{base / 'db'}", "--model-root", str(base / "models")]
+    server = LiveServer(env={"SHOAL_API_KEY": KEY}, args=args).wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow
+def test_console_searches_the_servers_store(browser: object, live_with_store: LiveServer, tmp_path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1200, "height": 900})  # type: ignore[attr-defined]
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.add_init_script(f"sessionStorage.setItem('shoal.apiKey', '{KEY}')")
+    page.goto(live_with_store.url + "/")
+    page.click("nav a[href='#/search']")
+    page.fill("#search-query", "impeller blocked")
+    page.click("#page-search button[type=submit]")
+    page.wait_for_selector("#search-result .hit", timeout=120_000)
+    first = page.locator("#search-result .hit").first.inner_text()
+    assert "pump.md" in first and "E-417" in first, first
+    assert re.search(r"^\d+ hits?$", page.inner_text("#search-result p.muted"), re.M)
+    page.screenshot(path=str(tmp_path / "console-search.png"), full_page=True)
+    assert not errors, errors
+    page.close()
+
+
+@pytest.mark.slow
+def test_console_scores_documents_as_the_api_ranks_them(
+    browser: object, live_with_store: LiveServer, tmp_path: Path
+) -> None:
+    import httpx
+
+    query, docs = "where is the ferry?", ["the ferry leaves at nine", "bananas are yellow", "pumps need clearing"]
+    page = browser.new_page(viewport={"width": 1200, "height": 900})  # type: ignore[attr-defined]
+    page.add_init_script(f"sessionStorage.setItem('shoal.apiKey', '{KEY}')")
+    page.goto(live_with_store.url + "/#/playground")
+    page.click("#tab-score")
+    page.select_option("#score-model", "tiny-ce")
+    page.fill("#score-query", query)
+    page.fill("#score-docs", "\n".join(docs))
+    page.click("#score-run")
+    page.wait_for_selector("#score-result table tbody tr")
+    shown = [r.inner_text().split("\t") for r in page.locator("#score-result table tbody tr").all()]
+    body = {"query": {"text": query}, "items": [{"id": str(i), "text": d} for i, d in enumerate(docs)]}
+    api = httpx.post(f"{live_with_store.url}/v1/score/tiny-ce", json=body, headers=auth(), timeout=60).json()
+    ranked = api["scores"]
+    assert [row[2] for row in shown] == [docs[int(s["item_id"])] for s in ranked], (shown, ranked)
+    assert all(abs(float(row[1]) - s["score"]) <= 6e-5 for row, s in zip(shown, ranked, strict=True)), (shown, ranked)
+    page.screenshot(path=str(tmp_path / "console-score.png"), full_page=True)
+    page.close()

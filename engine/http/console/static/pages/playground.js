@@ -59,10 +59,11 @@ function scoreTab(ctx) {
   const models = ctx.models.filter((m) => m.tasks.includes("score"));
   if (!models.length) return h("p", { class: "muted" }, "No model on this server can score (rerank).");
   const model = modelPicker(models, "cross-encoder/ms-marco-MiniLM-L-6-v2");
-  const query = h("input", { value: "How do I reset the pump?" });
-  const docs = h("textarea", {}, "Press and hold the reset button for five seconds.\nThe harbour opens at dawn.\nPumps restart after a power cut.");
-  const out = h("div", {});
-  const run = h("button", { onclick: go }, "Score");
+  model.id = "score-model";
+  const query = h("input", { value: "How do I reset the pump?", id: "score-query" });
+  const docs = h("textarea", { id: "score-docs" }, "Press and hold the reset button for five seconds.\nThe harbour opens at dawn.\nPumps restart after a power cut.");
+  const out = h("div", { id: "score-result" });
+  const run = h("button", { onclick: go, id: "score-run" }, "Score");
   async function go() {
     const texts = lines(docs.value);
     run.disabled = true;
