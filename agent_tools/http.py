@@ -39,7 +39,7 @@ def tools_router(client: Any, settings: ToolSettings | None = None, context: Too
 
         return {"object": "list", "tools": [t.openai() for t in TOOLS.values()]}
 
-    @router.post("/v1/tools/{name}")
+    @router.post("/v1/tools/{name}", openapi_extra=arguments_body())
     async def call_tool(name: str, request: Request) -> JSONResponse:
         """Run a tool; the body is its arguments as a JSON object (what the model put in `arguments`)."""
         try:
@@ -54,6 +54,18 @@ def tools_router(client: Any, settings: ToolSettings | None = None, context: Too
             return error_response(ShoalError(f"{name}: {type(e).__name__}: {e}"))
 
     return router
+
+
+def arguments_body() -> dict[str, Any]:
+    """The OpenAPI request body of POST /v1/tools/{name}: one of the tools' argument objects."""
+    from agent_tools.tools import TOOLS
+
+    schemas = []
+    for t in TOOLS.values():
+        fn = t.openai()["function"]
+        schemas.append({"title": fn["name"], **fn["parameters"]})
+    schema = {"description": "the named tool's arguments (GET /v1/tools lists each tool's schema)", "oneOf": schemas}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 async def read_json(request: Request, limit: int, limits: BodyLimits | None = None) -> Any:
