@@ -47,23 +47,21 @@ LOAD_SECONDS = Histogram(
 LORA_CACHE = Counter("shoal_lora_cache_total", "LoRA adapter look-ups", ["result"])
 OOM_RECOVERIES = Counter("shoal_oom_recoveries_total", "Out-of-memory errors and how they ended", ["action"])
 
-# operations (deploy/: Grafana dashboards, Prometheus alerts). Defined here; pending wiring, see docs/deployment.md.
-WORKER_UP = Gauge(
-    "shoal_worker_up", "1 while this process runs a worker loop (pending wiring: set in engine/cluster.py)"
-)
+# operations (deploy/: Grafana dashboards, Prometheus alerts)
+WORKER_UP = Gauge("shoal_worker_up", "1 while this process runs a worker loop (set by engine/cluster.py)")
 MODEL_PENDING = Gauge(
     "shoal_queue_model_pending",
-    "Tasks pending in the work stream per model (gateway; pending wiring: set next to shoal_queue_pending)",
+    "Tasks pending in the work stream per model (gateway, beside shoal_queue_pending)",
     ["model"],
 )
 BATCH_FILL = Histogram(
     "shoal_batch_fill_ratio",
-    "Real tokens of one forward batch over its token budget (pending wiring: observed next to shoal_batch_tokens)",
+    "Real tokens of one forward batch over its token budget",
     ["model"],
     buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0),
 )
 COMPUTED_TOKENS = Counter(
     "shoal_batch_computed_tokens_total",
-    "Token positions computed by forward batches, padding included (pending wiring: next to shoal_tokens_total)",
+    "Token positions computed by forward batches, padding included (packed batches: equal to the real tokens)",
     ["model"],
 )
