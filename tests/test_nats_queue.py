@@ -139,7 +139,9 @@ async def test_allow_listed_consumers_exist_at_start_and_show_the_backlog(nats_u
     from engine.queue.nats.subjects import consumer_name
 
     models = ["a", "org/b"]
-    worker = await NatsQueue.connect(EngineSettings(queue_url=nats_url, worker_models=models), gateway=False, worker=True)
+    worker = await NatsQueue.connect(
+        EngineSettings(queue_url=nats_url, worker_models=models), gateway=False, worker=True
+    )
     gw = await NatsQueue.connect(EngineSettings(queue_url=nats_url), gateway=True, worker=False)
     stream = worker.settings.queue_stream
     try:
