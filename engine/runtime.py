@@ -22,6 +22,7 @@ from engine.model.memory import FaultInjector
 from engine.queue.local import InProcessQueue
 from engine.queue.protocol import Result, WorkQueue
 from engine.residency.manager import ResidencyManager
+from engine.residency.store import device_kind, precision_summary
 from engine.tasks.annotate import encode_task, score_task
 from engine.tasks.requests import EncodeRequest, ScoreRequest, parse_encode, parse_score
 from engine.tasks.task import Task
@@ -148,12 +149,19 @@ class AsyncEngine(ModelCalls):
         return await self.submit(self.annotate_score(model, body))
 
     async def models(self) -> list[dict[str, Any]]:
-        """What /v1/models lists: each card, whether it is loaded, and its outputs."""
-        return [model_info(c, self.registry.is_loaded(c.id)) for c in self.catalogue.known()]
+        """What /v1/models lists: each card, whether it is loaded, its outputs, and its tuned precisions."""
+        return [self._info(c) for c in self.catalogue.known()]
 
     async def model(self, model: str) -> dict[str, Any]:
-        card = self.card(model)
-        return model_info(card, self.registry.is_loaded(card.id))
+        return self._info(self.card(model))
+
+    def _info(self, card: ModelCard) -> dict[str, Any]:
+        """model_info plus `precision`: the last `shoal tune` on this device kind (precision in use, and each
+        precision's gate figures), or None when the model was never tuned here."""
+        info = model_info(card, self.registry.is_loaded(card.id))
+        store, kind = self.registry.profiles, device_kind(self.settings.device)
+        info["precision"] = precision_summary(store.report(card.id, kind), store.get(card.id, kind))
+        return info
 
 
 class Engine(SyncFacade[AsyncEngine]):

@@ -171,16 +171,28 @@ def encode(
 @app.command()
 def models(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    device: Annotated[str, typer.Option(help="show the precisions `shoal tune` recorded for this device")] = "cpu",
+    store: Annotated[Path | None, typer.Option(help="profile store (default ~/.cache/shoal/profiles.json)")] = None,
+    model_dir: ModelDir = None,
 ) -> None:
-    """List the model catalogue: tasks, outputs, dims and max length of each card."""
+    """List the model catalogue: tasks, outputs, dims and max length of each card, and the precisions that passed
+    the quality gate in the last `shoal tune` on this device."""
     from engine.catalogue.catalogue import Catalogue, model_info
+    from engine.residency.store import ProfileStore, device_kind, precision_summary
 
-    infos = [model_info(c, False) for c in Catalogue().known()]
+    settings = settings_from(device=device, profile_store=store, model_dir=model_dir)
+    profiles = ProfileStore(settings.profile_store)
+    kind = device_kind(device)
+    infos = []
+    for card in Catalogue(settings.model_dir).known():
+        info = model_info(card, False)
+        info["precision"] = precision_summary(profiles.report(card.id, kind), profiles.get(card.id, kind))
+        infos.append(info)
     if as_json:
         print(json.dumps(infos, indent=2))
         return
     table = Table(title="shoal model catalogue")
-    for col in ("model", "family", "tasks", "outputs", "dims", "max len"):
+    for col in ("model", "family", "tasks", "outputs", "dims", "max len", f"precisions on {kind}"):
         table.add_column(col)
     for i in infos:
         dims = ", ".join(f"{k}={v}" for k, v in i["dims"].items())
@@ -191,8 +203,21 @@ def models(
             ", ".join(i["outputs"]),
             dims,
             str(i["max_sequence_length"]),
+            precision_cell(i["precision"]),
         )
     console.print(table)
+
+
+def precision_cell(summary: dict[str, Any] | None) -> str:
+    """'int8* (cos 0.9937, nDCG -0.000), float32; bfloat16 failed (cos 0.97)': * marks the one in use."""
+    if summary is None:
+        return "not tuned"
+    cells = []
+    for p in summary["precisions"]:
+        mark = "*" if p["precision"] == summary["selected"] else ""
+        figures = f" (cos {p['mean_cosine']:.4f}, nDCG -{p['ndcg_drop']:.3f})" if "mean_cosine" in p else ""
+        cells.append(f"{p['precision']}{mark}{figures}" + (" failed" if p["passed"] is False else ""))
+    return ", ".join(cells)
 
 
 from pipeline.cli import ingest_command, reindex_command, search_command  # noqa: E402
@@ -208,14 +233,18 @@ def tune(
     model: Annotated[str, typer.Argument(help="catalogue id or local checkpoint folder")],
     device: Annotated[str, typer.Option(help="cpu or cuda[:N]")] = "cpu",
     budgets: Annotated[str | None, typer.Option(help="token budgets to try, comma-separated")] = None,
-    dtypes: Annotated[str | None, typer.Option(help="precisions to try (CUDA), comma-separated")] = None,
+    dtypes: Annotated[
+        str | None,
+        typer.Option(help="precisions to try, comma-separated (default: all this device offers, see README)"),
+    ] = None,
     latency_ms: Annotated[float, typer.Option(help="largest acceptable p99 batch latency")] = 500.0,
     requests: Annotated[int, typer.Option(help="synthetic inputs in the workload")] = 256,
     store: Annotated[Path | None, typer.Option(help="profile store (default ~/.cache/shoal/profiles.json)")] = None,
     model_dir: ModelDir = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
-    """Measure token budgets (and precisions) on this hardware; store the best profile for (model, device)."""
+    """Gate each precision against float32, measure token budgets and the precisions that passed on this hardware;
+    store the best profile for (model, device) with the gate figures."""
     from engine.errors import ShoalError
     from engine.residency.tune import tune_model
 
@@ -242,6 +271,14 @@ def tune(
         ]
         table.add_row(*row)
     console.print(table)
+    if report["gates"]:
+        gates = Table(title="quality gate against float32 (mean cosine >= 0.99, nDCG@10 drop <= 0.01)")
+        for col in ("precision", "mean cosine", "min cosine", "nDCG@10", "float32 nDCG@10", "result"):
+            gates.add_column(col)
+        for name, g in report["gates"].items():
+            figures = (f"{g['mean_cosine']:.4f}", f"{g['min_cosine']:.4f}", f"{g['ndcg_at_10']:.4f}")
+            gates.add_row(name, *figures, f"{g['reference_ndcg_at_10']:.4f}", "passed" if g["passed"] else "failed")
+        console.print(gates)
     console.print(f"stored profile {report['profile']} in {settings.profile_store}")
 
 
