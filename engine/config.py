@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ByteSize, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -17,13 +18,31 @@ class EngineSettings(BaseSettings):
     port: int = 8080
     device: str = "cpu"
     threads: int | None = Field(default=None, description="torch intra-op threads; None keeps torch's default")
-    max_items: int = Field(default=512, description="most items one request may carry")
+    max_items: int = Field(
+        default=2048, ge=1, description="most items one HTTP request may carry (OpenAI's own limit is 2,048)"
+    )
+    stream_chunk_items: int = Field(
+        default=256, ge=1, description="in-process calls over this many items go to the queue in chunks this size"
+    )
+    stream_window: int = Field(default=4, ge=1, description="chunks of one large call in flight at once")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="largest accepted request body")
     max_item_chars: int = Field(default=200_000, description="longest text of one item, before tokenizing")
     batch_wait_ms: float = Field(default=2.0, description="how long a worker waits to fill a batch")
     max_batch_tokens: int | None = Field(default=None, description="override every card's token budget")
     request_timeout_s: float = Field(default=300.0, description="deadline given to each request")
     api_key: str | None = Field(default=None, description="when set, requests need 'Authorization: Bearer KEY'")
+    # compatible routes (docs/compatibility.md): the models of routes whose requests name none (TEI, POST /)
+    default_model: str = Field(
+        default="sentence-transformers/all-MiniLM-L6-v2", description="embedder of TEI routes without 'model'"
+    )
+    default_rerank_model: str = Field(
+        default="cross-encoder/ms-marco-MiniLM-L-6-v2", description="reranker of TEI /rerank and /predict"
+    )
+    token_ids: Literal["cl100k_base", "model"] = Field(
+        default="cl100k_base",
+        description="how /v1/embeddings reads token-id input: tiktoken's cl100k_base ids (what langchain-openai "
+        "and other OpenAI clients send), or the model's own tokenizer's ids",
+    )
     model_dir: Path | None = Field(default=None, description="extra folder of model cards (*.yaml)")
     preload: list[str] = Field(default_factory=list, description="models loaded at start-up")
     offline: bool | None = Field(default=None, description="never download; None follows HF_HUB_OFFLINE")

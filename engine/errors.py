@@ -24,6 +24,12 @@ class InvalidInput(ShoalError):
     code, status = "INVALID_INPUT", 400
 
 
+class InputTooLong(InvalidInput):
+    """An input over the model's length with truncation off (a 400 that sie-sdk maps to InputTooLongError)."""
+
+    code = "INPUT_TOO_LONG"
+
+
 class ModelNotFound(ShoalError):
     code, status = "MODEL_NOT_FOUND", 404
 
@@ -64,6 +70,7 @@ ERRORS_BY_CODE: dict[str, type[ShoalError]] = {
     cls.code: cls
     for cls in (
         InvalidInput,
+        InputTooLong,
         ModelNotFound,
         PayloadTooLarge,
         Unauthorized,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from engine.aio import cancel_and_wait
@@ -19,6 +21,7 @@ from engine.metrics import QUEUE_DEPTH
 from engine.model.loaded import Loader
 from engine.model.loader import load
 from engine.model.memory import FaultInjector
+from engine.model.tokenizer import TextTokenizer, tokenizer_for
 from engine.queue.local import InProcessQueue
 from engine.queue.protocol import Result, WorkQueue
 from engine.residency.manager import ResidencyManager
@@ -59,6 +62,11 @@ class AsyncEngine(ModelCalls):
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = False
         self.draining = False
+        self.stream_window = self.settings.stream_window
+
+    async def item_cap(self) -> int:
+        """In-process calls go to the queue in chunks of this many items (any number per call)."""
+        return min(self.settings.max_items, self.settings.stream_chunk_items)
 
     async def start(self) -> AsyncEngine:
         if self.ready:
@@ -148,6 +156,15 @@ class AsyncEngine(ModelCalls):
         """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
         return await self.submit(self.annotate_score(model, body))
 
+    async def tokenizer(self, model: str) -> TextTokenizer:
+        """The model's tokenizer, for the few routes that tokenize at the edge (TEI /tokenize, token ids)."""
+        card = self.card(model)
+        return await asyncio.to_thread(_tokenizer, card.id, self.settings.model_dir, self.settings.offline)
+
+    async def detokenize(self, model: str, arrays: list[list[int]]) -> list[str]:
+        """Texts of token-id arrays of the model's own tokenizer."""
+        return (await self.tokenizer(model)).decode(arrays)
+
     async def models(self) -> list[dict[str, Any]]:
         """What /v1/models lists: each card, whether it is loaded, its outputs, and its tuned precisions."""
         return [self._info(c) for c in self.catalogue.known()]
@@ -162,6 +179,11 @@ class AsyncEngine(ModelCalls):
         store, kind = self.registry.profiles, device_kind(self.settings.device)
         info["precision"] = precision_summary(store.report(card.id, kind), store.get(card.id, kind))
         return info
+
+
+@lru_cache(maxsize=8)
+def _tokenizer(model: str, model_dir: Path | None, offline: bool | None) -> TextTokenizer:
+    return tokenizer_for(model, model_dir, offline)
 
 
 class Engine(SyncFacade[AsyncEngine]):

@@ -1,7 +1,7 @@
 """The HTTP app: middleware (auth, metrics, never a bare 500), health routes, and the route families.
 
-A route family is one module with a router (engine.http.native, .openai, .rerank); adding one (Cohere v2,
-TEI, ...) is a new module and one entry in FAMILIES.
+A route family is one module with a router (engine.http.native, .openai, .rerank, .cohere, .tei); adding
+one is a new module and one entry in FAMILIES.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import InternalError, ShoalError, Unauthorized
-from engine.http import native, openai, rerank
+from engine.http import cohere, native, openai, rerank, tei
 from engine.http.replies import RouteFamily, error_response, native_error
 from engine.metrics import LATENCY, QUEUE_DEPTH, REQUESTS
 from engine.runtime import AsyncEngine
 
-FAMILIES: tuple[RouteFamily, ...] = (native.FAMILY, openai.FAMILY, rerank.FAMILY)
+FAMILIES: tuple[RouteFamily, ...] = (native.FAMILY, openai.FAMILY, rerank.FAMILY, cohere.FAMILY, tei.FAMILY)
 OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
 ENDPOINTS = {"encode", "score", "extract", "embeddings", "rerank", "models"}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -9,6 +10,14 @@ from fastapi import APIRouter, Request, Response
 from engine.catalogue.catalogue import check_task
 from engine.errors import InvalidInput
 from engine.http.replies import RouteFamily, engine_of, name_model, native_reply, read_body
+
+STARTED = int(time.time())  # OpenAI's `created` for every model: when this server started
+
+
+def openai_model(info: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's model object for one native model description."""
+    return {"id": info["name"], "object": "model", "owned_by": "shoal", "created": STARTED}
+
 
 router = APIRouter()
 
@@ -36,12 +45,16 @@ async def score(model: str, request: Request) -> Response:
 
 @router.get("/v1/models")
 async def models(request: Request) -> dict[str, Any]:
-    return {"models": await engine_of(request).models()}
+    """The native list under `models` and OpenAI's list under `object`/`data`, so both clients read it."""
+    native = await engine_of(request).models()
+    return {"object": "list", "data": [openai_model(m) for m in native], "models": native}
 
 
 @router.get("/v1/models/{model:path}")
 async def model_detail(model: str, request: Request) -> dict[str, Any]:
-    return await engine_of(request).model(model)
+    """One model: the native fields plus OpenAI's id/object/owned_by/created."""
+    info = await engine_of(request).model(model)
+    return {**info, **openai_model(info)}
 
 
 FAMILY = RouteFamily(router)
