@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("shoal_requests_total", "Requests answered", ["endpoint", "model", "code"])
@@ -65,3 +69,23 @@ COMPUTED_TOKENS = Counter(
     "Token positions computed by forward batches, padding included (packed batches: equal to the real tokens)",
     ["model"],
 )
+
+# where a request's time goes, from the engine's own timers (bench/roofline.py reads them)
+STAGES = ("decode", "tokenize", "batch", "forward", "postprocess", "serialise")
+STAGE_SECONDS = Counter(
+    "shoal_stage_seconds_total",
+    "Seconds spent per stage: decode (request body), tokenize, batch (packing), forward (backbone), "
+    "postprocess (heads, pooling, output shaping), serialise (response body)",
+    ["stage"],
+)
+
+
+@contextmanager
+def timed(stage: str) -> Iterator[None]:
+    """Add the block's wall time to shoal_stage_seconds_total{stage} (one counter update per block: use it
+    around batches and requests, never per token)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        STAGE_SECONDS.labels(stage).inc(time.perf_counter() - started)

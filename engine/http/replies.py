@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from engine.errors import PayloadTooLarge, ShoalError
+from engine.metrics import timed
 from engine.runtime import AsyncEngine
 from engine.wire import decode_body, encode_response, response_type
 
@@ -44,7 +45,9 @@ def native_reply(request: Request, result: dict[str, Any]) -> Response:
     """A native result in the media type the client asked for, with the timing headers."""
     media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
     headers = timing_headers(result.get("timing", {}))
-    return Response(encode_response(result, media), media_type=media, headers=headers)
+    with timed("serialise"):
+        body = encode_response(result, media)
+    return Response(body, media_type=media, headers=headers)
 
 
 async def read_body(request: Request) -> Any:
@@ -56,7 +59,8 @@ async def read_body(request: Request) -> Any:
     raw = await request.body()
     if len(raw) > limit:
         raise PayloadTooLarge(f"body of {len(raw)} bytes is over the limit of {limit}")
-    return decode_body(raw, request.headers.get("content-type"))
+    with timed("decode"):
+        return decode_body(raw, request.headers.get("content-type"))
 
 
 def engine_of(request: Request) -> AsyncEngine:

@@ -19,6 +19,7 @@ from engine.arch.layers import PackedBatch
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_adapter
 from engine.errors import InvalidInput
+from engine.metrics import timed
 from engine.model import lora, memory
 from engine.model.checkpoint import FAMILIES
 from engine.model.heads import CardHeads
@@ -144,17 +145,18 @@ class PackedModel:
         """Last hidden state of every token, each sequence through its own LoRA adapter (if any).
         -> [T, hidden] in the model's dtype, with the packed batch."""
         items = _encoded(seqs)
-        batch = self.pack(items)
+        with timed("batch"):
+            batch = self.pack(items)
         names = [s.lora for s in items]
         if self.mixed_adapters == "per_row" or len(set(names)) <= 1:
-            with lora.active(self._adapters(names), batch):
+            with lora.active(self._adapters(names), batch), timed("forward"):
                 return self.backbone(batch), batch
         bounds = batch.cu_seqlens.tolist()
         out: Tensor | None = None
         for name in dict.fromkeys(names):  # one forward per adapter, rows written back in place
             idx = [i for i, n in enumerate(names) if n == name]
             part = self.pack([items[i] for i in idx])
-            with lora.active(self._adapters([name] * len(idx)), part):
+            with lora.active(self._adapters([name] * len(idx)), part), timed("forward"):
                 hidden = self.backbone(part)
             if out is None:
                 out = hidden.new_empty((batch.num_tokens, hidden.shape[1]))

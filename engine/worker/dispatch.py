@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from engine.errors import InvalidInput, ShoalError
+from engine.metrics import STAGE_SECONDS
 from engine.model.loaded import LoadedModel
 from engine.queue.protocol import Result
 from engine.tasks.task import Task
@@ -54,6 +55,7 @@ def run_tasks(
             except ShoalError as e:
                 outcomes[i] = e
         prepared = time.perf_counter()
+        STAGE_SECONDS.labels("tokenize").inc(prepared - started)
         results = handler.run(
             model,
             [(tasks[i], p) for i, p in ready],
