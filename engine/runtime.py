@@ -21,6 +21,7 @@ from engine.metrics import QUEUE_DEPTH
 from engine.model.loaded import Loader
 from engine.model.loader import load
 from engine.model.memory import FaultInjector
+from engine.model.threads import apply_threads
 from engine.model.tokenizer import TextTokenizer, tokenizer_for
 from engine.queue.local import InProcessQueue
 from engine.queue.protocol import Result, WorkQueue
@@ -71,10 +72,7 @@ class AsyncEngine(ModelCalls):
     async def start(self) -> AsyncEngine:
         if self.ready:
             return self
-        if self.settings.threads:
-            import torch
-
-            torch.set_num_threads(self.settings.threads)
+        self.threads = apply_threads(self.settings.threads)  # torch, tokenizer and event loop share the cores
         if self.queue is None and self.settings.queue_url:
             from engine.queue.nats.queue import NatsQueue  # distributed mode: nats-py is only needed here
 
