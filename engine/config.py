@@ -19,7 +19,9 @@ class EngineSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     device: str = "cpu"
-    threads: int | None = Field(default=None, description="torch intra-op threads; None keeps torch's default")
+    threads: int | None = Field(
+        default=None, ge=1, description="torch intra-op and tokenizer threads; None: the cores this process may use"
+    )
     max_items: int = Field(
         default=2048, ge=1, description="most items one HTTP request may carry (OpenAI's own limit is 2,048)"
     )
