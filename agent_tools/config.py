@@ -19,8 +19,18 @@ class ToolSettings(BaseSettings):
     rerank_model: str | None = Field(
         default=None, description="cross-encoder for filter_context and rerank; None: embedding similarity"
     )
+    extract_model: str = Field(
+        default="urchade/gliner_small-v2.1", description="GLiNER model of extract_entities when the call names none"
+    )
     db: str = Field(default="lancedb://./shoal-data", description="store URI the search tool uses by default")
     collection: str = Field(default="chunks", description="collection the search tool uses by default")
+    open_stores: bool = Field(
+        default=True,
+        description="the search tool opens any store URL and collection a caller names (off on `shoal serve`: "
+        "only `db`, `collection` and the two lists below)",
+    )
+    search_dbs: list[str] = Field(default_factory=list, description="more store URLs the search tool may open")
+    search_collections: list[str] = Field(default_factory=list, description="more collections the search tool may open")
     taxonomies: dict[str, Path] = Field(
         default_factory=dict, description="named taxonomy files classify_taxonomy can use (name -> YAML/JSON file)"
     )

@@ -42,8 +42,26 @@ class Unauthorized(ShoalError):
     code, status = "UNAUTHORIZED", 401
 
 
+class Forbidden(ShoalError):
+    code, status = "FORBIDDEN", 403
+
+
+class RequestTimeout(ShoalError):
+    code, status = "REQUEST_TIMEOUT", 408
+
+
+class RateLimited(ShoalError):
+    code, status, retry_after = "RATE_LIMITED", 429, 1.0
+
+
 class ModelLoadFailed(ShoalError):
     code, status = "MODEL_LOAD_FAILED", 502
+
+
+class ModelUnavailable(ShoalError):
+    """The model is known but this server has no weights for it: not transient, so no Retry-After."""
+
+    code, status = "MODEL_UNAVAILABLE", 503
 
 
 class ModelLoading(ShoalError):
@@ -66,6 +84,12 @@ class InternalError(ShoalError):
     code, status = "INTERNAL", 500
 
 
+class Unreachable(ShoalError):
+    """Client side: the server did not answer (refused, timed out, name unknown); never sent by a server."""
+
+    code, status, retry_after = "UNREACHABLE", 503, 1.0
+
+
 ERRORS_BY_CODE: dict[str, type[ShoalError]] = {
     cls.code: cls
     for cls in (
@@ -74,12 +98,17 @@ ERRORS_BY_CODE: dict[str, type[ShoalError]] = {
         ModelNotFound,
         PayloadTooLarge,
         Unauthorized,
+        Forbidden,
+        RequestTimeout,
+        RateLimited,
         ModelLoadFailed,
+        ModelUnavailable,
         ModelLoading,
         QueueFull,
         ResourceExhausted,
         DeadlineExceeded,
         InternalError,
+        Unreachable,
     )
 }
 

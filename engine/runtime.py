@@ -13,6 +13,7 @@ from typing import Any
 from engine.aio import cancel_and_wait
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.catalogue import Catalogue, check_task, model_info
+from engine.catalogue.folders import FolderPolicy
 from engine.client.calls import ModelCalls
 from engine.client.sync import SyncFacade
 from engine.config import EngineSettings
@@ -28,6 +29,7 @@ from engine.queue.protocol import Result, WorkQueue
 from engine.residency.manager import ResidencyManager
 from engine.residency.store import device_kind, precision_summary
 from engine.tasks.annotate import encode_task, score_task
+from engine.tasks.extract import ExtractRequest, extract_task, parse_extract
 from engine.tasks.requests import EncodeRequest, ScoreRequest, parse_encode, parse_score
 from engine.tasks.task import Task
 from engine.worker.loop import Worker
@@ -52,7 +54,10 @@ class AsyncEngine(ModelCalls):
         faults: FaultInjector | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
-        self.catalogue = Catalogue(self.settings.model_dir)
+        s = self.settings
+        self.catalogue = Catalogue(
+            s.model_dir, FolderPolicy(s.local_models, tuple(s.model_roots)), max_id_chars=s.max_model_id_chars
+        )
         self.queue: WorkQueue | None = queue
         self.registry = ResidencyManager(
             self.catalogue, self.settings.device, self.settings.offline, self.settings, loader=loader, faults=faults
@@ -110,13 +115,17 @@ class AsyncEngine(ModelCalls):
         """Validate an encode body cheaply (no tokenising) and make it a typed task, defaults resolved."""
         card = self.card(model)
         check_task(card, "encode")
-        return encode_task(card, parse_encode(body), self.settings, tenant)
+        return encode_task(card, parse_encode(body, self.settings.max_items), self.settings, tenant)
 
     def annotate_score(self, model: str, body: Any, tenant: str | None = None) -> Task:
         """Validate a score body cheaply and make it a typed task (the candidates are its items)."""
         card = self.card(model)
         check_task(card, "score")
-        return score_task(card, parse_score(body), self.settings, tenant)
+        return score_task(card, parse_score(body, self.settings.max_items), self.settings, tenant)
+
+    def annotate_extract(self, model: str, body: Any, tenant: str | None = None) -> Task:
+        """Validate an extract body cheaply and make it a typed task (mode, labels, thresholds resolved)."""
+        return extract_task(self.card(model), parse_extract(body, self.settings.max_items), self.settings, tenant)
 
     async def submit(self, task: Task) -> Result:
         """Enqueue and wait for the worker's result, bounded by the task's deadline; adds the total time."""
@@ -144,6 +153,9 @@ class AsyncEngine(ModelCalls):
         check_task(card, "score")
         return await self.submit(score_task(card, req, self.settings))
 
+    async def extract_request(self, model: str, req: ExtractRequest) -> Result:
+        return await self.submit(extract_task(self.card(model), req, self.settings))
+
     # -- SDK surface -------------------------------------------------------------------------------
 
     async def encode_body(self, model: str, body: Any) -> Result:
@@ -162,6 +174,10 @@ class AsyncEngine(ModelCalls):
     async def detokenize(self, model: str, arrays: list[list[int]]) -> list[str]:
         """Texts of token-id arrays of the model's own tokenizer."""
         return (await self.tokenizer(model)).decode(arrays)
+
+    async def extract_body(self, model: str, body: Any) -> Result:
+        """Extract from a wire body; returns the wire result {model, items, timing}."""
+        return await self.submit(self.annotate_extract(model, body))
 
     async def models(self) -> list[dict[str, Any]]:
         """What /v1/models lists: each card, whether it is loaded, its outputs, and its tuned precisions."""
@@ -202,3 +218,7 @@ class Engine(SyncFacade[AsyncEngine]):
     def encode_body(self, model: str, body: Any) -> Result:
         """Encode a wire body; returns the wire result {model, items, timing}."""
         return self._run(self._core.encode_body(model, body))
+
+    def extract_body(self, model: str, body: Any) -> Result:
+        """Extract from a wire body; returns the wire result {model, items, timing}."""
+        return self._run(self._core.extract_body(model, body))

@@ -17,13 +17,12 @@ async def in_chunks(n: int, size: int, window: int, run: Callable[[int, int], Aw
     """
     if n <= size:
         return await run(0, n)
-    out: list[Any] = [None] * n  # filled in place: no copy of the whole list as it grows
+    parts: list[list[T]] = [[] for _ in range(0, n, size)]  # one slot per chunk, whatever its reply's length
     running: deque[tuple[int, asyncio.Future[list[T]]]] = deque()
 
     async def settle() -> None:
         start, task = running.popleft()
-        part = await task
-        out[start : start + len(part)] = part
+        parts[start // size] = await task
 
     try:
         for start in range(0, n, size):
@@ -37,7 +36,7 @@ async def in_chunks(n: int, size: int, window: int, run: Callable[[int, int], Aw
             task.cancel()
         if running:
             await asyncio.gather(*(t for _, t in running), return_exceptions=True)
-    return out
+    return [x for part in parts for x in part]
 
 
 def merge_scores(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -15,13 +15,16 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput, ShoalError
+from engine.http.bodies import EmbeddingsBody, request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body
 from engine.runtime import AsyncEngine
 from engine.tasks.annotate import check_limits
+from engine.tasks.limits import check_count
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
 from engine.tasks.token_input import decode_cl100k, parse_input
 
 router = APIRouter()
+BODY = request_body(EmbeddingsBody, msgpack=False)
 
 
 def openai_error(err: ShoalError) -> dict[str, Any]:
@@ -49,6 +52,7 @@ async def input_texts(engine: AsyncEngine, body: Any) -> tuple[str, list[str]]:
     if not isinstance(model, str) or not model:
         raise InvalidInput("'model' is required")
     value = parse_input(body.get("input"))
+    check_count("input", len(value), engine.settings.max_items, "SHOAL_MAX_ITEMS")  # before items are built
     if value and isinstance(value[0], str):
         return model, [t for t in value if isinstance(t, str)]
     arrays = [a for a in value if isinstance(a, list)]
@@ -74,9 +78,11 @@ def embeddings_response(model: str, result: dict[str, Any], as_base64: bool) -> 
     }
 
 
-@router.post("/v1/embeddings")
-@router.post("/embeddings")  # the same route without /v1: Infinity's path (litellm's infinity/ posts here)
-@router.post("/infinity/embeddings")
+@router.post("/v1/embeddings", openapi_extra=BODY)
+@router.post(
+    "/embeddings", openapi_extra=BODY
+)  # the same route without /v1: Infinity's path (litellm's infinity/ posts here)
+@router.post("/infinity/embeddings", openapi_extra=BODY)
 async def embeddings(request: Request) -> Response:
     engine = engine_of(request)
     body = await read_body(request)

@@ -100,6 +100,10 @@ class CardHeads:
             return torch.softmax(logits, dim=1)[:, spec.label].cpu()
         return logits[:, spec.label].cpu()
 
+    def logits(self, hidden: Tensor, batch: PackedBatch) -> Tensor:
+        """Every label's logit of each sequence from the classifier head (NLI: entailment, ...). -> [B, labels]."""
+        return self.modules["classifier"](hidden, batch).float().cpu()
+
 
 def maxsim_scores(query: Tensor, docs: list[Tensor]) -> list[float]:
     """MaxSim of one query's token vectors against each document's."""

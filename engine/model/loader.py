@@ -8,6 +8,7 @@ from typing import Any
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_weights
 from engine.model.checkpoint import FAMILIES, load_modules
+from engine.model.gliner_runtime import load_gliner
 from engine.model.heads import CardHeads
 from engine.model.loaded import LoadedModel, LoadSpec
 from engine.model.lora import AdapterCache
@@ -42,8 +43,9 @@ def load_packed(spec: LoadSpec) -> PackedModel:
 
 
 # family -> how to load it; every family built in engine/arch is a packed backbone. A model run by another
-# package (e.g. GLiNER) adds its family here with its own loader.
+# package adds its family here with its own loader.
 LOADERS: dict[str, Callable[[LoadSpec], LoadedModel]] = {family: load_packed for family in FAMILIES}
+LOADERS["gliner"] = load_gliner  # run by the `gliner` package, imported only when such a model loads
 
 
 def load(spec: LoadSpec) -> LoadedModel:
