@@ -1,0 +1,159 @@
+"""Pieces of bench/roofline.py: the matmul peak per precision, the HTTP clients, stage timers, the plot."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import torch
+from torch import nn
+
+from engine.arch.flops import linear_shapes
+from engine.model.precision import DTYPES
+from engine.model.quantize import Int8Linear
+from engine.wire import packb, unpackb
+
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+# -- the roofline: dense matmul throughput with the model's shapes ------------------------------------------
+
+
+class MatmulPeak:
+    """The linear layers of one transformer layer of the model (q, k, v, out, up, down) in one precision, run
+    back to back on `tokens` rows: the best FLOP/s over every call of `measure` is the roofline."""
+
+    def __init__(self, config: Any, precision: str, tokens: int) -> None:
+        self.precision = precision
+        dtype = DTYPES[precision]
+        g = torch.Generator().manual_seed(0)
+        self.layers: list[nn.Module] = []
+        self.inputs: dict[int, torch.Tensor] = {}
+        self.flops = 0
+        for n_in, n_out in linear_shapes(config):
+            layer = nn.Linear(n_in, n_out)
+            with torch.no_grad():
+                layer.weight.copy_(torch.randn(n_out, n_in, generator=g) * n_in**-0.5)
+            self.layers.append(Int8Linear(layer) if precision == "int8" else layer.to(dtype).eval())
+            self.inputs.setdefault(n_in, torch.randn(tokens, n_in, generator=g).to(dtype))
+            self.flops += 2 * tokens * n_in * n_out
+        self.best = 0.0
+
+    @torch.inference_mode()
+    def measure(self, passes: int = 4) -> float:
+        """FLOP/s of the best of `passes` passes (after one warm-up); keeps the best seen so far."""
+        for i in range(passes + 1):
+            started = time.perf_counter()
+            for layer in self.layers:
+                layer(self.inputs[layer.in_features])  # type: ignore[index]
+            if i:
+                self.best = max(self.best, self.flops / (time.perf_counter() - started))
+        return self.best
+
+
+# -- engine timers ------------------------------------------------------------------------------------------
+
+
+def stage_seconds_local() -> dict[str, float]:
+    from prometheus_client import REGISTRY
+
+    from engine.metrics import STAGES
+
+    return {s: REGISTRY.get_sample_value("shoal_stage_seconds_total", {"stage": s}) or 0.0 for s in STAGES}
+
+
+def stage_seconds_remote(url: str) -> dict[str, float]:
+    from engine.metrics import STAGES
+
+    seconds = dict.fromkeys(STAGES, 0.0)
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("shoal_stage_seconds_total{"):
+            seconds[line.split('stage="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return seconds
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+# -- HTTP ---------------------------------------------------------------------------------------------------
+
+
+async def http_pass(url: str, texts: list[str], clients: int = 4, batch: int = 32) -> np.ndarray:
+    """Encode `texts` over HTTP (msgpack) from `clients` concurrent clients sending batches of `batch`."""
+    chunks = [texts[i : i + batch] for i in range(0, len(texts), batch)]
+    out: list[np.ndarray | None] = [None] * len(chunks)
+    todo = iter(range(len(chunks)))
+
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        for k in todo:
+            body = packb({"items": [{"text": t} for t in chunks[k]]})
+            r = await client.post(f"/v1/encode/{MODEL}", content=body, headers={"Content-Type": "application/msgpack"})
+            r.raise_for_status()
+            out[k] = np.stack([item["dense"]["values"] for item in unpackb(r.content)["items"]])
+
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        await asyncio.gather(*(client_loop(client) for _ in range(clients)))
+    return np.concatenate(out)  # type: ignore[arg-type]
+
+
+def one_sentence_latency(url: str, sentence: str, n: int = 100) -> dict[str, float]:
+    """Sequential one-sentence requests on a kept-alive connection: p50 of wall time, of the engine's inference
+    time (X-Inference-Time), and of their difference per request (the serving overhead)."""
+    body = packb({"items": [{"text": sentence}]})
+    walls, inference, overhead = [], [], []
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for i in range(n + 10):
+            started = time.perf_counter()
+            r = client.post(f"/v1/encode/{MODEL}", content=body, headers={"Content-Type": "application/msgpack"})
+            wall = (time.perf_counter() - started) * 1000
+            r.raise_for_status()
+            unpackb(r.content)
+            if i >= 10:  # warm-up first
+                infer = float(r.headers["X-Inference-Time"])
+                walls.append(wall)
+                inference.append(infer)
+                overhead.append(wall - infer)
+    return {
+        "p50_ms": statistics.median(walls),
+        "inference_p50_ms": statistics.median(inference),
+        "overhead_p50_ms": statistics.median(overhead),
+        "overhead_p90_ms": float(np.percentile(overhead, 90)),
+    }
+
+
+# -- the plot -----------------------------------------------------------------------------------------------
+
+
+def plot(rows: list[dict[str, Any]], roofs: dict[str, float], path: Path, title: str) -> None:
+    """Bars: passages/s per system and precision; dashed lines: the passages/s each precision's matmul peak
+    allows (every useful FLOP at peak)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"float32": "#4c72b0", "int8": "#dd8452", "bfloat16": "#55a868", "float16": "#c44e52"}
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
+    labels = [f"{r['system']}\n{r['precision']}" for r in rows]
+    values = [r["passages_per_s"] for r in rows]
+    bars = ax.bar(labels, values, color=[colours.get(r["precision"], "#8172b2") for r in rows])
+    for bar, r in zip(bars, rows, strict=True):
+        note = f"{r['passages_per_s']:.3g}/s\n{r['fraction_of_peak'] * 100:.0f}% of peak"
+        ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+    for precision, roof in roofs.items():
+        ax.axhline(roof, ls="--", lw=1.2, color=colours.get(precision, "grey"))
+        ax.annotate(f"{precision} matmul roofline {roof:.3g}/s", (-0.45, roof), ha="left", va="bottom", fontsize=8)
+    ax.set_ylabel("passages / s")
+    ax.set_ylim(0, max([*values, *roofs.values()]) * 1.25)
+    ax.set_title(title, fontsize=10)
+    ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
