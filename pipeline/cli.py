@@ -145,6 +145,7 @@ def _config(config: Path | None, db: str | None, collection: str | None, url: st
 
 async def _ingest_roots(jobs: list[tuple[Path, Any]], quiet: bool, as_json: bool) -> int:
     """Run ingest over (root, config) pairs with one client; returns the worst exit code."""
+    from pipeline.roots import RootError
     from pipeline.run import ingest_async, open_client
 
     client = open_client(jobs[0][1])
@@ -154,6 +155,9 @@ async def _ingest_roots(jobs: list[tuple[Path, Any]], quiet: bool, as_json: bool
             progress = RichProgress(quiet or as_json)
             try:
                 s = await ingest_async(root, cfg, client=client, progress=progress)
+            except RootError as e:  # one line; the other roots of a reindex still run
+                worst = max(worst, _fail(e).exit_code)
+                continue
             finally:
                 progress.stop()
             if as_json:
@@ -178,7 +182,7 @@ def ingest_command(
 ) -> None:
     """Ingest a folder into a vector store: parse, chunk, enrich, write; unchanged files are skipped.
 
-    Exit code 0 when every file was ingested, 3 when some failed (the rest is ingested), 1 on a config,
+    Exit code 0 when every file was ingested, 3 when some failed (the rest is ingested), 1 on a config, root,
     store or lock error (before any document is processed).
     """
     try:

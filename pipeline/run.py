@@ -19,6 +19,7 @@ from pipeline.config import ConfigError, PipelineConfig, load_config
 from pipeline.enrich import Enricher
 from pipeline.manifest import Manifest, SourceRecord
 from pipeline.parsers import Document, ParseError, parse
+from pipeline.roots import resolve_root
 from pipeline.sources import SourceError, SourceFile, read_source, walk
 from pipeline.summary import FileIssue, IngestSummary, StageClock
 
@@ -89,7 +90,7 @@ class IngestRun:
     """One ingest of one root into one collection; `await run()` returns the summary."""
 
     def __init__(self, root: Path, cfg: PipelineConfig, client: Any, progress: Progress | None) -> None:
-        self.root = root.expanduser().resolve()
+        self.root = resolve_root(root)  # RootError (a symlink loop, a path that is not UTF-8) before anything opens
         self.cfg = cfg
         self.store = open_store(cfg.db)
         try:
