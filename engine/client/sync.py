@@ -7,8 +7,9 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar, overload
 
-from engine.client.calls import EncodeResult, Item, ModelCalls, ScoreResult
+from engine.client.calls import EncodeResult, ExtractResult, Item, ModelCalls, ScoreResult
 from engine.client.http import AsyncClient
+from engine.errors import ShoalError
 
 T = TypeVar("T")
 C = TypeVar("C", bound=ModelCalls)
@@ -23,7 +24,12 @@ class LoopThread:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        """The coroutine's result; a ShoalError is raised here with the loop thread's frames left out, so a
+        script that does not catch it shows the caller's lines and the one-line message."""
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        except ShoalError as e:
+            raise e.with_traceback(None) from None
 
     def stop(self) -> None:
         if self.loop.is_running():
@@ -96,6 +102,43 @@ class SyncFacade(Generic[C]):
     ) -> ScoreResult:
         """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
         return self._run(self._core.score(model, query, items, instruction=instruction, options=options))
+
+    @overload
+    def extract(
+        self,
+        model: str,
+        items: Item,
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ExtractResult: ...
+
+    @overload
+    def extract(
+        self,
+        model: str,
+        items: list[Item],
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> list[ExtractResult]: ...
+
+    def extract(
+        self,
+        model: str,
+        items: Item | list[Item],
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ExtractResult | list[ExtractResult]:
+        """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
+        kw: dict[str, Any] = {"labels": labels, "instruction": instruction, "options": options}
+        if isinstance(items, list):
+            return self._run(self._core.extract(model, items, **kw))
+        return self._run(self._core.extract(model, items, **kw))
 
     def models(self) -> list[dict[str, Any]]:
         """The model catalogue: one description per model."""
