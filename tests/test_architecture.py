@@ -171,6 +171,30 @@ def test_arch_imports_only_torch() -> None:
     assert not bad, bad
 
 
+def rooms_table() -> dict[str, str]:
+    """docs/architecture.md's rooms table: room -> its row."""
+    rows = {}
+    for line in (REPO / "docs" / "architecture.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 4 and cells[0] in ALLOWED:
+            rows[cells[0]] = line
+    return rows
+
+
+def test_the_rooms_table_names_every_module_in_its_room() -> None:
+    """A reader finds each engine module (arch's families aside) in its own room's row of the table."""
+    rows = rooms_table()
+    assert set(rows) == set(ALLOWED) - {"shoal"}, f"rooms the table lacks: {set(ALLOWED) - {'shoal'} - set(rows)}"
+    missing = []
+    for module, path in ENGINE.items():
+        mine = room(module)
+        if path.name == "__init__.py" or mine == "arch":
+            continue
+        if f"`{path.name}`" not in rows[mine] and f"{path.parent.name}/{path.name}`" not in rows[mine]:
+            missing.append(f"{path.relative_to(REPO)} (room {mine})")
+    assert not missing, "name these in docs/architecture.md's rooms table:\n" + "\n".join(sorted(missing))
+
+
 @pytest.mark.parametrize("module", sorted({**ENGINE, **SHOAL}))
 def test_module_is_small_and_says_its_job(module: str) -> None:
     path = {**ENGINE, **SHOAL}[module]
