@@ -24,6 +24,13 @@ class ToolSettings(BaseSettings):
     )
     db: str = Field(default="lancedb://./shoal-data", description="store URI the search tool uses by default")
     collection: str = Field(default="chunks", description="collection the search tool uses by default")
+    open_stores: bool = Field(
+        default=True,
+        description="the search tool opens any store URL and collection a caller names (off on `shoal serve`: "
+        "only `db`, `collection` and the two lists below)",
+    )
+    search_dbs: list[str] = Field(default_factory=list, description="more store URLs the search tool may open")
+    search_collections: list[str] = Field(default_factory=list, description="more collections the search tool may open")
     taxonomies: dict[str, Path] = Field(
         default_factory=dict, description="named taxonomy files classify_taxonomy can use (name -> YAML/JSON file)"
     )

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from engine.errors import InvalidInput, PayloadTooLarge, ShoalError
+from engine.errors import Forbidden, InvalidInput, PayloadTooLarge, ShoalError
 
-__all__ = ["CollectionNotFound", "InvalidInput", "PayloadTooLarge", "ShoalError", "TaxonomyError", "ToolNotFound"]
+__all__ = [
+    "CollectionNotFound",
+    "Forbidden",
+    "InvalidInput",
+    "PayloadTooLarge",
+    "ShoalError",
+    "TaxonomyError",
+    "ToolNotFound",
+]
 
 
 class ToolNotFound(ShoalError):

@@ -16,8 +16,10 @@ from fastapi.responses import JSONResponse
 from agent_tools.config import ToolSettings
 from agent_tools.errors import InvalidInput, PayloadTooLarge, ShoalError
 from agent_tools.registry import ToolContext
+from engine.wire import BodyLimits, check_shape
 
 log = logging.getLogger("shoal.tools")
+TOOL_DEPTH = 64  # nesting of tool arguments (inline taxonomies nest; nothing else does)
 
 
 def error_response(err: ShoalError) -> JSONResponse:
@@ -41,7 +43,9 @@ def tools_router(client: Any, settings: ToolSettings | None = None, context: Too
     async def call_tool(name: str, request: Request) -> JSONResponse:
         """Run a tool; the body is its arguments as a JSON object (what the model put in `arguments`)."""
         try:
-            arguments = await read_json(request, ctx.settings.max_body_bytes)
+            s = ctx.settings
+            limits = BodyLimits(TOOL_DEPTH, max(65_536, s.max_texts, s.max_taxonomy_nodes))
+            arguments = await read_json(request, s.max_body_bytes, limits)
             return JSONResponse(await ctx.call(name, arguments))
         except ShoalError as e:
             return error_response(e)
@@ -52,7 +56,7 @@ def tools_router(client: Any, settings: ToolSettings | None = None, context: Too
     return router
 
 
-async def read_json(request: Request, limit: int) -> Any:
+async def read_json(request: Request, limit: int, limits: BodyLimits | None = None) -> Any:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body of {declared} bytes is over the limit of {limit} (SHOAL_TOOLS_MAX_BODY_BYTES)")
@@ -62,6 +66,11 @@ async def read_json(request: Request, limit: int) -> Any:
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
+    except RecursionError:
+        raise InvalidInput("the JSON body nests too deeply") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InvalidInput(f"the body is not valid JSON: {e}") from None
+    if limits is not None:
+        check_shape(body, limits)
+    return body

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import ByteSize, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import ByteSize, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+CommaList = Annotated[list[str], NoDecode]  # SHOAL_X="a,b" (or a JSON list) in the environment
 
 
 class EngineSettings(BaseSettings):
@@ -17,18 +20,77 @@ class EngineSettings(BaseSettings):
     port: int = 8080
     device: str = "cpu"
     threads: int | None = Field(default=None, description="torch intra-op threads; None keeps torch's default")
-    max_items: int = Field(default=512, description="most items one request may carry")
+    max_items: int = Field(
+        default=2048, ge=1, description="most items one HTTP request may carry (OpenAI's own limit is 2,048)"
+    )
+    stream_chunk_items: int = Field(
+        default=256, ge=1, description="in-process calls over this many items go to the queue in chunks this size"
+    )
+    stream_window: int = Field(default=4, ge=1, description="chunks of one large call in flight at once")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="largest accepted request body")
     max_item_chars: int = Field(default=200_000, description="longest text of one item, before tokenizing")
-    # extract (engine/tasks/extract.py): GLiNER windows long texts, so one item may be far longer than encode's
-    max_extract_chars: int = Field(default=8_000_000, description="longest text of one extract item")
-    max_labels: int = Field(default=256, description="most labels in one extract request")
-    max_label_chars: int = Field(default=256, description="longest label (or label description) of a request")
+    # limits on one request (docs/security.md), each checked before the work it bounds
+    max_instruction_chars: int = Field(default=4096, description="longest instruction (it prefixes every item)")
+    max_request_tokens: int = Field(
+        default=1_000_000, description="most estimated tokens (characters / 4) in one request, prefixes included"
+    )
+    max_labels: int = Field(default=128, description="most labels one extract request may name")
+    max_label_chars: int = Field(default=256, description="longest label (or label description) of an extract request")
+    # extract (engine/tasks/extract.py): GLiNER windows long texts, so one entity item may be far longer than encode's
+    max_extract_chars: int = Field(default=8_000_000, description="longest text of one entity-extraction item")
     max_extract_pairs: int = Field(default=32_768, description="most (item, label) pairs of one NLI request")
+    max_id_chars: int = Field(default=512, description="longest item id")
+    max_model_id_chars: int = Field(default=512, description="longest model id or LoRA adapter name")
+    max_body_depth: int = Field(default=32, description="deepest nesting of lists and maps in a request body")
+    max_body_list: int = Field(
+        default=65_536, description="longest list or map anywhere in a body (item lists: max_items)"
+    )
+    invalid_text: Literal["reject", "replace"] = Field(
+        default="reject", description="text with lone surrogates: 400 (reject) or each one made U+FFFD (replace)"
+    )
+    # the HTTP server (engine/http/server.py, connections.py)
+    head_timeout_s: float = Field(default=10.0, description="a request's line and headers must arrive within this")
+    body_timeout_s: float = Field(default=60.0, description="a request's body must arrive within this (408 after)")
+    keep_alive_s: float = Field(default=5.0, description="an idle keep-alive connection is closed after this")
+    max_connections: int = Field(
+        default=1024, description="open connections; past it the longest-idle one is closed (capped by ulimit -n)"
+    )
+    health_connections: int = Field(
+        default=16, description="connections kept for /healthz and /readyz when every other one is busy"
+    )
+    offload_bytes: int = Field(default=64 * 1024, description="bodies larger than this are decoded off the event loop")
+    # gateway security (engine/http/auth.py); a malformed key configuration refuses to start
+    api_key: str | None = Field(
+        default=None, description="API key(s), comma-separated; requests need 'Authorization: Bearer KEY'"
+    )
+    api_keys_file: Path | None = Field(default=None, description="file of API keys, one per line ('#' comments)")
+    rate_limit_per_s: float | None = Field(default=None, gt=0, description="requests per second per API key")
+    rate_limit_burst: int | None = Field(default=None, ge=1, description="requests a key may burst; None: 2x rate")
+    cors_origins: CommaList = Field(default_factory=list, description="origins allowed by CORS; none: CORS off")
+    metrics_key: str | None = Field(default=None, description="when set, GET /metrics needs 'Bearer METRICS_KEY'")
+    metrics_port: int | None = Field(default=None, description="serve /metrics on this port only, not the API port")
+    # where models may come from (engine/catalogue/catalogue.py)
+    local_models: bool = Field(
+        default=True, description="model ids may be local folders; on for the SDK, off for serve and worker"
+    )
+    model_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list, description="folders whose checkpoint sub-folders are served by relative name"
+    )
     batch_wait_ms: float = Field(default=2.0, description="how long a worker waits to fill a batch")
     max_batch_tokens: int | None = Field(default=None, description="override every card's token budget")
     request_timeout_s: float = Field(default=300.0, description="deadline given to each request")
-    api_key: str | None = Field(default=None, description="when set, requests need 'Authorization: Bearer KEY'")
+    # compatible routes (docs/compatibility.md): the models of routes whose requests name none (TEI, POST /)
+    default_model: str = Field(
+        default="sentence-transformers/all-MiniLM-L6-v2", description="embedder of TEI routes without 'model'"
+    )
+    default_rerank_model: str = Field(
+        default="cross-encoder/ms-marco-MiniLM-L-6-v2", description="reranker of TEI /rerank and /predict"
+    )
+    token_ids: Literal["cl100k_base", "model"] = Field(
+        default="cl100k_base",
+        description="how /v1/embeddings reads token-id input: tiktoken's cl100k_base ids (what langchain-openai "
+        "and other OpenAI clients send), or the model's own tokenizer's ids",
+    )
     model_dir: Path | None = Field(default=None, description="extra folder of model cards (*.yaml)")
     preload: list[str] = Field(default_factory=list, description="models loaded at start-up")
     offline: bool | None = Field(default=None, description="never download; None follows HF_HUB_OFFLINE")
@@ -59,3 +121,12 @@ class EngineSettings(BaseSettings):
     queue_pending_refresh_s: float = Field(default=0.25, description="how often the gateway re-reads the pending count")
     queue_idle_poll_s: float = Field(default=1.0, description="an idle worker re-checks the stream at least this often")
     worker_models: list[str] | None = Field(default=None, description="models a worker may serve; None: any")
+
+    @field_validator("cors_origins", "model_roots", mode="before")
+    @classmethod
+    def _comma_list(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            import json
+
+            return json.loads(v) if v.lstrip().startswith("[") else [p.strip() for p in v.split(",") if p.strip()]
+        return v

@@ -24,6 +24,12 @@ class InvalidInput(ShoalError):
     code, status = "INVALID_INPUT", 400
 
 
+class InputTooLong(InvalidInput):
+    """An input over the model's length with truncation off (a 400 that sie-sdk maps to InputTooLongError)."""
+
+    code = "INPUT_TOO_LONG"
+
+
 class ModelNotFound(ShoalError):
     code, status = "MODEL_NOT_FOUND", 404
 
@@ -36,8 +42,26 @@ class Unauthorized(ShoalError):
     code, status = "UNAUTHORIZED", 401
 
 
+class Forbidden(ShoalError):
+    code, status = "FORBIDDEN", 403
+
+
+class RequestTimeout(ShoalError):
+    code, status = "REQUEST_TIMEOUT", 408
+
+
+class RateLimited(ShoalError):
+    code, status, retry_after = "RATE_LIMITED", 429, 1.0
+
+
 class ModelLoadFailed(ShoalError):
     code, status = "MODEL_LOAD_FAILED", 502
+
+
+class ModelUnavailable(ShoalError):
+    """The model is known but this server has no weights for it: not transient, so no Retry-After."""
+
+    code, status = "MODEL_UNAVAILABLE", 503
 
 
 class ModelLoading(ShoalError):
@@ -64,10 +88,15 @@ ERRORS_BY_CODE: dict[str, type[ShoalError]] = {
     cls.code: cls
     for cls in (
         InvalidInput,
+        InputTooLong,
         ModelNotFound,
         PayloadTooLarge,
         Unauthorized,
+        Forbidden,
+        RequestTimeout,
+        RateLimited,
         ModelLoadFailed,
+        ModelUnavailable,
         ModelLoading,
         QueueFull,
         ResourceExhausted,

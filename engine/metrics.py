@@ -46,6 +46,11 @@ LOAD_SECONDS = Histogram(
 )
 LORA_CACHE = Counter("shoal_lora_cache_total", "LoRA adapter look-ups", ["result"])
 OOM_RECOVERIES = Counter("shoal_oom_recoveries_total", "Out-of-memory errors and how they ended", ["action"])
+ISOLATED = Counter(
+    "shoal_batch_isolations_total",
+    "Shared batches that failed as a whole and were split to find the culprit",
+    ["model"],
+)
 
 # operations (deploy/: Grafana dashboards, Prometheus alerts). Defined here; pending wiring, see docs/deployment.md.
 WORKER_UP = Gauge(

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from engine.aio import cancel_and_wait
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.catalogue import Catalogue, check_task, model_info
+from engine.catalogue.folders import FolderPolicy
 from engine.client.calls import ModelCalls
 from engine.client.sync import SyncFacade
 from engine.config import EngineSettings
@@ -19,6 +22,7 @@ from engine.metrics import QUEUE_DEPTH
 from engine.model.loaded import Loader
 from engine.model.loader import load
 from engine.model.memory import FaultInjector
+from engine.model.tokenizer import TextTokenizer, tokenizer_for
 from engine.queue.local import InProcessQueue
 from engine.queue.protocol import Result, WorkQueue
 from engine.residency.manager import ResidencyManager
@@ -48,7 +52,10 @@ class AsyncEngine(ModelCalls):
         faults: FaultInjector | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
-        self.catalogue = Catalogue(self.settings.model_dir)
+        s = self.settings
+        self.catalogue = Catalogue(
+            s.model_dir, FolderPolicy(s.local_models, tuple(s.model_roots)), max_id_chars=s.max_model_id_chars
+        )
         self.queue: WorkQueue | None = queue
         self.registry = ResidencyManager(
             self.catalogue, self.settings.device, self.settings.offline, self.settings, loader=loader, faults=faults
@@ -59,6 +66,11 @@ class AsyncEngine(ModelCalls):
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = False
         self.draining = False
+        self.stream_window = self.settings.stream_window
+
+    async def item_cap(self) -> int:
+        """In-process calls go to the queue in chunks of this many items (any number per call)."""
+        return min(self.settings.max_items, self.settings.stream_chunk_items)
 
     async def start(self) -> AsyncEngine:
         if self.ready:
@@ -104,13 +116,13 @@ class AsyncEngine(ModelCalls):
         """Validate an encode body cheaply (no tokenising) and make it a typed task, defaults resolved."""
         card = self.card(model)
         check_task(card, "encode")
-        return encode_task(card, parse_encode(body), self.settings, tenant)
+        return encode_task(card, parse_encode(body, self.settings.max_items), self.settings, tenant)
 
     def annotate_score(self, model: str, body: Any, tenant: str | None = None) -> Task:
         """Validate a score body cheaply and make it a typed task (the candidates are its items)."""
         card = self.card(model)
         check_task(card, "score")
-        return score_task(card, parse_score(body), self.settings, tenant)
+        return score_task(card, parse_score(body, self.settings.max_items), self.settings, tenant)
 
     def annotate_extract(self, model: str, body: Any, tenant: str | None = None) -> Task:
         """Validate an extract body cheaply and make it a typed task (mode, labels, thresholds resolved)."""
@@ -159,6 +171,15 @@ class AsyncEngine(ModelCalls):
         """Extract from a wire body; returns the wire result {model, items, timing}."""
         return await self.submit(self.annotate_extract(model, body))
 
+    async def tokenizer(self, model: str) -> TextTokenizer:
+        """The model's tokenizer, for the few routes that tokenize at the edge (TEI /tokenize, token ids)."""
+        card = self.card(model)
+        return await asyncio.to_thread(_tokenizer, card.id, self.settings.model_dir, self.settings.offline)
+
+    async def detokenize(self, model: str, arrays: list[list[int]]) -> list[str]:
+        """Texts of token-id arrays of the model's own tokenizer."""
+        return (await self.tokenizer(model)).decode(arrays)
+
     async def models(self) -> list[dict[str, Any]]:
         """What /v1/models lists: each card, whether it is loaded, and its outputs."""
         return [model_info(c, self.registry.is_loaded(c.id)) for c in self.catalogue.known()]
@@ -166,6 +187,11 @@ class AsyncEngine(ModelCalls):
     async def model(self, model: str) -> dict[str, Any]:
         card = self.card(model)
         return model_info(card, self.registry.is_loaded(card.id))
+
+
+@lru_cache(maxsize=8)
+def _tokenizer(model: str, model_dir: Path | None, offline: bool | None) -> TextTokenizer:
+    return tokenizer_for(model, model_dir, offline)
 
 
 class Engine(SyncFacade[AsyncEngine]):

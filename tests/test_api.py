@@ -57,7 +57,14 @@ def test_json_round_trip(server: LiveServer, engine: object) -> None:
 
 
 @pytest.mark.parametrize(
-    ("dtype", "np_dtype", "length"), [("float16", np.float16, 384), ("int8", np.int8, 384), ("binary", np.uint8, 48)]
+    ("dtype", "np_dtype", "length"),
+    [
+        ("float16", np.float16, 384),
+        ("int8", np.int8, 384),
+        ("uint8", np.uint8, 384),
+        ("binary", np.uint8, 48),
+        ("ubinary", np.uint8, 48),
+    ],
 )
 def test_output_dtypes(server: LiveServer, engine: object, dtype: str, np_dtype: type, length: int) -> None:
     r = post_mp(server, {"items": [{"text": TEXTS[0]}], "params": {"output_dtype": dtype}})
@@ -65,8 +72,12 @@ def test_output_dtypes(server: LiveServer, engine: object, dtype: str, np_dtype:
     assert dense["dtype"] == dtype and dense["dims"] == 384
     assert dense["values"].dtype == np_dtype and dense["values"].shape == (length,)
     ref = engine.encode(MINILM, TEXTS[0])["dense"]
-    if dtype == "binary":
+    if dtype in ("binary", "ubinary"):
         assert np.array_equal(np.unpackbits(dense["values"]).astype(bool), ref > 0)
+    elif dtype == "uint8":  # the vector's [min, max] mapped to [0, 255]
+        low, high = ref.min(), ref.max()
+        assert dense["values"].min() == 0 and dense["values"].max() == 255
+        np.testing.assert_allclose(dense["values"] / 255 * (high - low) + low, ref, atol=(high - low) / 255)
     elif dtype == "int8":
         assert np.abs(dense["values"].astype(np.float32) / 127 - ref).max() <= 1 / 127
     else:
@@ -188,7 +199,7 @@ BAD_REQUESTS = [
         packb({"items": [{"text": "ok"}, {"text": "word " * 400}], "params": {"options": {"truncate": False}}}),
         "application/msgpack",
         400,
-        "INVALID_INPUT",
+        "INPUT_TOO_LONG",
     ),
     ("too many items", MINILM, packb({"items": [{"text": "x"}] * 65}), "application/msgpack", 413, "PAYLOAD_TOO_LARGE"),
     (
@@ -262,9 +273,12 @@ def test_api_key_required_when_configured() -> None:
 
 def test_extract_unknown_routes_and_methods_get_typed_errors(server: LiveServer) -> None:
     body = packb({"items": [{"text": "Ada Lovelace met Babbage in London"}], "params": {"labels": ["person"]}})
-    r = httpx.post(f"{server.url}/v1/extract/{MINILM}", content=body, headers=MP)
+    r = httpx.post(f"{server.url}/v1/extract/{MINILM}", content=body, headers=MP)  # an embedder classifies
+    assert r.status_code == 200, r.text
+    assert [c["label"] for c in unpackb(r.content)["items"][0]["classifications"]] == ["person"]
+    r = httpx.post(f"{server.url}/v1/extract/cross-encoder/ms-marco-MiniLM-L-6-v2", content=body, headers=MP)
     assert r.status_code == 400 and r.json()["detail"]["code"] == "INVALID_INPUT"
-    assert "extract" in r.json()["detail"]["message"]
+    assert "cannot extract" in r.json()["detail"]["message"]
     r = httpx.post(f"{server.url}/v1/extract/nobody/nothing", content=body, headers=MP)
     assert r.status_code == 404 and r.json()["detail"]["code"] == "MODEL_NOT_FOUND"
     r = httpx.post(f"{server.url}/v1/nothing-here", content=body, headers=MP)

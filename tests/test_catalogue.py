@@ -11,7 +11,7 @@ import yaml
 from engine.catalogue.cards import ModelCard, WeightSource
 from engine.catalogue.catalogue import Catalogue
 from engine.catalogue.weights import resolve_weights
-from engine.errors import InvalidInput, ModelLoadFailed, ModelNotFound
+from engine.errors import InvalidInput, ModelLoadFailed, ModelNotFound, ModelUnavailable
 from engine.model.loader import load_model
 from tests.conftest import MINILM
 from tests.helpers import make_tiny_bert
@@ -53,9 +53,10 @@ def test_hf_cache_is_used_before_package(tmp_path: Path, minilm_path: Path, monk
 
 def test_missing_weights_fail_clearly_offline() -> None:
     card = ModelCard(id="acme/none", source=WeightSource(hf_repo="acme/definitely-not-cached", package="no_such_pkg"))
-    with pytest.raises(ModelLoadFailed) as e:
+    with pytest.raises(ModelUnavailable) as e:  # 503, not 502: nothing is broken, the weights are not here
         resolve_weights(card, offline=True)
     assert "acme/definitely-not-cached" in e.value.message and "no_such_pkg" in e.value.message
+    assert "offline" in e.value.message and "To provide them" in e.value.message
 
 
 def test_local_folder_infers_family_and_pooling(tmp_path: Path) -> None:

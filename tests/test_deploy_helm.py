@@ -140,19 +140,24 @@ def test_catalogue_configmap_holds_valid_cards_and_rolls_the_pods():
     )
 
 
-def test_gateway_gets_its_key_from_the_secret():
+def test_gateway_reads_every_key_from_the_mounted_secret():
     docs = manifests(render_chart(gpu_values()))
     (secret,) = of_kind(docs, "Secret")
     assert secret["stringData"]["api-keys"].split() == ["ci-key-one", "ci-key-two"]
     gateway = [d for d in of_kind(docs, "Deployment") if d["metadata"]["name"] == "rel-shoal-gateway"][0]
     (c,) = gateway["spec"]["template"]["spec"]["containers"]
-    (key,) = [e for e in c["env"] if e["name"] == "SHOAL_API_KEY"]
-    assert key["valueFrom"]["secretKeyRef"] == {"name": "rel-shoal-auth", "key": "api-key"}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["SHOAL_API_KEYS_FILE"] == "/etc/shoal/auth/api-keys" and "SHOAL_API_KEY" not in env
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "auth"]
+    assert mount["mountPath"] == "/etc/shoal/auth" and mount["readOnly"]
+    (volume,) = [v for v in gateway["spec"]["template"]["spec"]["volumes"] if v["name"] == "auth"]
+    assert volume["secret"]["items"] == [{"key": "api-keys", "path": "api-keys"}]
+    assert env["SHOAL_METRICS_PORT"] == "9100" and {p["name"] for p in c["ports"]} == {"http", "metrics"}
     default = [
         d for d in of_kind(manifests(render_chart({})), "Deployment") if d["metadata"]["name"] == "rel-shoal-gateway"
     ]
     names = {e["name"] for e in default[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert "SHOAL_API_KEY" not in names  # auth off by default: no key wired
+    assert "SHOAL_API_KEYS_FILE" not in names and "SHOAL_API_KEY" not in names  # auth off by default
 
 
 @pytest.mark.parametrize(
@@ -179,7 +184,8 @@ def test_service_monitor_scrapes_gateway_and_workers_with_pool_label():
     (sm,) = of_kind(docs, "ServiceMonitor")
     ports = {e["port"] for e in sm["spec"]["endpoints"]}
     services = {d["metadata"]["name"]: d for d in of_kind(docs, "Service")}
-    assert {p["name"] for p in services["rel-shoal-gateway"]["spec"]["ports"]} & ports == {"http"}
+    assert ports == {"metrics"}  # never the API port, which may need a key
+    assert {p["name"] for p in services["rel-shoal-gateway"]["spec"]["ports"]} & ports == {"metrics"}
     assert {p["name"] for p in services["rel-shoal-workers"]["spec"]["ports"]} & ports == {"metrics"}
     selector = sm["spec"]["selector"]["matchLabels"]
     for name in ("rel-shoal-gateway", "rel-shoal-workers"):

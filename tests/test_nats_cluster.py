@@ -24,6 +24,8 @@ from tests.nats_support import NatsServer, WorkerProc, gateway, scrape
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 MP = {"Content-Type": "application/msgpack"}
+# these tests serve a tiny checkpoint folder by its path: gateway and workers opt in to local model folders
+LOCAL = {"SHOAL_LOCAL_MODELS": "1"}
 TEXTS = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(1 + i % 12)) for i in range(64)]
 
 
@@ -76,12 +78,12 @@ def _stop_all(*procs: LiveServer | WorkerProc | None) -> None:
 
 
 def test_two_workers_serve_2000_requests_from_16_clients(ns: NatsServer, tiny_bert: Path, reference: dict) -> None:
-    workers = [WorkerProc(ns.url) for _ in range(2)]
+    workers = [WorkerProc(ns.url, env=LOCAL) for _ in range(2)]
     gw = None
     try:
         for w in workers:
             w.wait_ready()
-        gw = gateway(ns.url)
+        gw = gateway(ns.url, env=LOCAL)
         results = asyncio.run(_load(gw.url, str(tiny_bert), 2000, 16))
         _check(results, reference, 2000)
         pulled = [w.metric("shoal_queue_pulled_total") for w in workers]
@@ -98,13 +100,13 @@ def test_sigkill_a_worker_mid_flight_every_request_answered_once(
     # both workers linger 300 ms on every pull: the victim almost always holds unacked tasks when it dies,
     # and the two share the stream evenly (a faster survivor could otherwise take nearly all of it)
     env = {"SHOAL_QUEUE_ACK_WAIT_S": "2", "SHOAL_BATCH_WAIT_MS": "300"}
-    victim = WorkerProc(ns.url, env=env)
-    survivor = WorkerProc(ns.url, env=env)
+    victim = WorkerProc(ns.url, env={**LOCAL, **env})
+    survivor = WorkerProc(ns.url, env={**LOCAL, **env})
     gw = None
     try:
         victim.wait_ready()
         survivor.wait_ready()
-        gw = gateway(ns.url)
+        gw = gateway(ns.url, env=LOCAL)
         results: list = []
         runner = threading.Thread(target=lambda: results.extend(asyncio.run(_load(gw.url, str(tiny_bert), 600, 16))))
         runner.start()
@@ -127,11 +129,11 @@ def test_poison_task_is_dead_lettered_and_the_client_gets_a_clear_error(ns: Nats
     broken = ns.store.parent / "broken-model"
     shutil.copytree(tiny_bert, broken)
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
-    worker = WorkerProc(ns.url, env={"SHOAL_QUEUE_MAX_DELIVER": "3", "SHOAL_QUEUE_ACK_WAIT_S": "2"})
+    worker = WorkerProc(ns.url, env={**LOCAL, "SHOAL_QUEUE_MAX_DELIVER": "3", "SHOAL_QUEUE_ACK_WAIT_S": "2"})
     gw = None
     try:
         worker.wait_ready()
-        gw = gateway(ns.url)
+        gw = gateway(ns.url, env=LOCAL)
         r = httpx.post(
             f"{gw.url}/v1/encode/{broken}", content=packb({"items": [{"text": "x"}]}), headers=MP, timeout=120
         )
@@ -160,11 +162,11 @@ def test_poison_task_is_dead_lettered_and_the_client_gets_a_clear_error(ns: Nats
 
 
 def test_nats_server_restart_gateway_and_workers_reconnect(ns: NatsServer, tiny_bert: Path, reference: dict) -> None:
-    worker = WorkerProc(ns.url)
+    worker = WorkerProc(ns.url, env=LOCAL)
     gw = None
     try:
         worker.wait_ready()
-        gw = gateway(ns.url)
+        gw = gateway(ns.url, env=LOCAL)
         _check(asyncio.run(_load(gw.url, str(tiny_bert), 40, 4)), reference, 40)
         ns.stop()
         ns.start()
@@ -186,7 +188,7 @@ def test_nats_server_restart_gateway_and_workers_reconnect(ns: NatsServer, tiny_
 
 def test_backpressure_503_then_expired_tasks_dropped_unrun(ns: NatsServer, tiny_bert: Path) -> None:
     env = {"SHOAL_QUEUE_PENDING_LIMIT": "3", "SHOAL_QUEUE_PENDING_REFRESH_S": "0.1", "SHOAL_REQUEST_TIMEOUT_S": "3"}
-    gw = gateway(ns.url, env=env)
+    gw = gateway(ns.url, env={**LOCAL, **env})
     worker = None
     try:
         url = f"{gw.url}/v1/encode/{tiny_bert}"
@@ -209,7 +211,7 @@ def test_backpressure_503_then_expired_tasks_dropped_unrun(ns: NatsServer, tiny_
         for t in fill:
             t.join()
         assert statuses == [504, 504, 504]  # nobody served them within their deadline
-        worker = WorkerProc(ns.url).wait_ready()
+        worker = WorkerProc(ns.url, env=LOCAL).wait_ready()
         deadline = time.monotonic() + 60
         while worker.metric("shoal_queue_expired_total") < 3 and time.monotonic() < deadline:
             time.sleep(0.1)

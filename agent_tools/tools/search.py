@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_tools.errors import CollectionNotFound, InvalidInput, ShoalError, check_text
+from agent_tools.config import ToolSettings
+from agent_tools.errors import CollectionNotFound, Forbidden, InvalidInput, ShoalError, check_text
 from agent_tools.registry import ToolContext, tool
 
 
@@ -41,6 +42,7 @@ async def search(ctx: ToolContext, args: SearchInput) -> dict[str, Any]:
     s = ctx.settings
     check_text("query", args.query, s.max_text_chars)
     db, collection = args.db or s.db, args.collection or s.collection
+    check_store(s, db, collection)
     try:
         hits = await pipeline.search_async(
             args.query,
@@ -62,7 +64,19 @@ async def search(ctx: ToolContext, args: SearchInput) -> dict[str, Any]:
         err = StoreFailure(f"{e.code}: {e.message}")
         raise err from None
     results = [{"id": h.id, "score": round(float(h.score), 6), "text": h.text, **jsonable(h.metadata)} for h in hits]
-    return {"db": db, "collection": collection, "results": results}
+    shown = db if s.open_stores or args.db else "default"  # a server does not show its own store URL
+    return {"db": shown, "collection": collection, "results": results}
+
+
+def check_store(s: ToolSettings, db: str, collection: str) -> None:
+    """On a server (open_stores off), only the configured stores and collections may be searched: a caller
+    may not make the server open any store it can reach (403 FORBIDDEN, naming nothing of the server's)."""
+    if s.open_stores:
+        return
+    if db not in (s.db, *s.search_dbs):
+        raise Forbidden(f"this server's search tool does not open the store {db!r}; omit 'db' to use its own")
+    if collection not in (s.collection, *s.search_collections):
+        raise Forbidden(f"this server's search tool does not search the collection {collection!r}")
 
 
 def jsonable(metadata: dict[str, Any]) -> dict[str, Any]:

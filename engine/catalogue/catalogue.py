@@ -1,7 +1,8 @@
-"""The catalogue: built-in and extra YAML cards, plus cards inferred from local checkpoint folders."""
+"""The catalogue: built-in and extra YAML cards, plus cards inferred from checkpoint folders the policy allows."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -10,10 +11,12 @@ import yaml
 from pydantic import ValidationError
 
 from engine.catalogue.cards import ModelCard, TaskKind
+from engine.catalogue.folders import FolderPolicy, check_id
 from engine.catalogue.inference import infer_card
 from engine.errors import InvalidInput, ModelLoadFailed, ModelNotFound
 
 CATALOGUE_DIR = Path(__file__).parent / "models"
+FOLDER_CARDS = 1024  # cards inferred from folders kept (LRU); an evicted one is inferred again when asked for
 
 
 def load_card_file(path: Path) -> ModelCard:
@@ -30,34 +33,66 @@ def _builtin_cards() -> dict[str, ModelCard]:
 
 
 class Catalogue:
-    """The known cards (built-in plus an optional extra folder) and local checkpoint folders."""
+    """The known cards (built-in plus an optional extra folder) and the checkpoint folders `folders` allows
+    (by default any local folder: the SDK's behaviour; a server passes its own policy)."""
 
-    def __init__(self, extra_dir: Path | None = None) -> None:
+    def __init__(
+        self, extra_dir: Path | None = None, folders: FolderPolicy | None = None, max_id_chars: int = 512
+    ) -> None:
         self.cards: dict[str, ModelCard] = dict(_builtin_cards())
         if extra_dir is not None:
             for path in sorted(Path(extra_dir).glob("*.yaml")):
                 card = load_card_file(path)
                 self.cards[card.id] = card
-        self._local: dict[str, ModelCard] = {}
+        self.folders = folders or FolderPolicy()
+        self.max_id_chars = max_id_chars
+        self._folder_cards: OrderedDict[str, ModelCard] = OrderedDict()
 
     def ids(self) -> list[str]:
         return sorted(self.cards)
 
     def get(self, model: str) -> ModelCard:
-        """The card for a catalogue id, or one inferred from a local checkpoint folder."""
+        """The card for a catalogue id, or one inferred from a checkpoint folder the policy allows (every
+        spelling of one folder gives the same card). 400 for a malformed id, 404 for anything else."""
         if model in self.cards:
             return self.cards[model]
-        if model in self._local:
-            return self._local[model]
-        path = Path(model).expanduser()
-        if path.is_dir():
-            card = infer_card(path, model_id=model)
-            self._local[model] = card
-            return card
-        raise ModelNotFound(f"no model {model!r} in the catalogue, and no checkpoint folder at that path")
+        check_id(model, "model id", self.max_id_chars)
+        card = self._folder_cards.get(model)
+        if card is None:
+            found = self.folders.find(model)
+            if found is None:
+                raise ModelNotFound(f"no model {model!r}: this server serves {self.folders.describe()}")
+            model_id, folder = found
+            card = self._folder_cards.get(model_id) or infer_card(folder, model_id=model_id)
+            model = model_id
+        self._folder_cards[model] = card
+        self._folder_cards.move_to_end(model)
+        while len(self._folder_cards) > FOLDER_CARDS:
+            self._folder_cards.popitem(last=False)
+        return card
+
+    def is_listed(self, model: str) -> bool:
+        """Whether `model` is a catalogue id or the id of a model-root folder already served (a bounded set:
+        what a metrics label may hold)."""
+        if model in self.cards:
+            return True
+        card = self._folder_cards.get(model)
+        return card is not None and not Path(model).is_absolute()
 
     def known(self) -> list[ModelCard]:
-        return [self.cards[i] for i in self.ids()] + list(self._local.values())
+        """Every card: the catalogue's, then each model-root folder's, then local folders already used."""
+        out = [self.cards[i] for i in self.ids()]
+        roots: set[str] = set()
+        for model_id, folder in self.folders.root_folders():
+            try:
+                card = self._folder_cards.get(model_id) or infer_card(folder, model_id=model_id)
+            except ModelLoadFailed:
+                continue  # a broken checkpoint is not listed; asking for it says why
+            out.append(card)
+            roots.add(model_id)
+        if self.folders.local:
+            out += [c for i, c in self._folder_cards.items() if i not in roots and Path(i).is_absolute()]
+        return out
 
 
 def check_task(card: ModelCard, task: TaskKind) -> None:

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from engine.catalogue.cards import ExtractSpec, ModelCard, ScoreSpec, SparseSpec, WeightSource
 from engine.errors import ModelLoadFailed
 
@@ -20,37 +22,43 @@ FAMILY_BY_MODEL_TYPE = {
 DECODERS = ("qwen3", "llama")
 
 
-def read_json(path: Path) -> dict[str, Any] | list[Any] | None:
+def read_json(path: Path, name: str | None = None) -> dict[str, Any] | list[Any] | None:
+    """A JSON file's content (None when absent); errors name it as `name` (default: its path)."""
     if not path.is_file():
         return None
     try:
         return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ModelLoadFailed(f"{path} is not valid JSON: {e}") from e
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, OSError) as e:
+        raise ModelLoadFailed(f"{name or path} is not valid JSON: {e}") from e
 
 
-def read_object(path: Path) -> dict[str, Any]:
+def read_object(path: Path, name: str | None = None) -> dict[str, Any]:
     """A JSON object file ({} when absent); anything else is a load failure naming the file."""
-    data = read_json(path)
+    data = read_json(path, name)
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ModelLoadFailed(f"{path} is not a JSON object")
+        raise ModelLoadFailed(f"{name or path} is not a JSON object")
     return data
 
 
-def _pooling_from_st(folder: Path) -> tuple[str | None, bool]:
+def _pooling_from_st(folder: Path, model_id: str) -> tuple[str | None, bool]:
     """Pooling mode and normalisation from a sentence-transformers modules.json, when present."""
-    modules = read_json(folder / "modules.json")
+    modules = read_json(folder / "modules.json", f"{model_id!r}: modules.json")
     if not isinstance(modules, list):
         return None, False
     pooling, normalize = None, False
     for module in modules:
+        if not isinstance(module, dict):
+            raise ModelLoadFailed(f"{model_id!r}: modules.json lists something that is not an object")
         kind = str(module.get("type", ""))
         if kind.endswith("Normalize"):
             normalize = True
         if kind.endswith("Pooling"):
-            cfg = read_object(folder / module.get("path", "1_Pooling") / "config.json")
+            sub = str(module.get("path") or "1_Pooling")
+            if not (folder / sub).resolve().is_relative_to(folder.resolve()):
+                raise ModelLoadFailed(f"{model_id!r}: modules.json points outside the checkpoint folder")
+            cfg = read_object(folder / sub / "config.json", f"{model_id!r}: {sub}/config.json")
             if cfg.get("pooling_mode_cls_token"):
                 pooling = "cls"
             elif cfg.get("pooling_mode_lasttoken"):
@@ -58,7 +66,7 @@ def _pooling_from_st(folder: Path) -> tuple[str | None, bool]:
             elif cfg.get("pooling_mode_mean_tokens"):
                 pooling = "mean"
             else:
-                raise ModelLoadFailed(f"{folder}: unsupported pooling in {module.get('path')}/config.json")
+                raise ModelLoadFailed(f"{model_id!r}: unsupported pooling in {sub}/config.json")
     return pooling, normalize
 
 
@@ -91,25 +99,36 @@ def nli_spec(config: dict[str, Any]) -> ExtractSpec | None:
 
 
 def infer_card(folder: Path, model_id: str) -> ModelCard:
-    """Build a card for a checkpoint folder: family from config.json, pooling from modules.json."""
+    """Build a card for a checkpoint folder: family from config.json, pooling from modules.json. A config
+    with missing fields or wrong types is the model's load failure (502), naming the model, not the folder."""
     if (folder / "gliner_config.json").is_file():
         return gliner_card(folder, model_id)
-    config = read_json(folder / "config.json")
+    try:
+        return _infer(folder, model_id)
+    except (KeyError, TypeError, ValueError, ValidationError) as e:
+        what = f"missing field {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        raise ModelLoadFailed(f"{model_id!r}: config.json cannot describe a model ({what})") from None
+
+
+def _infer(folder: Path, model_id: str) -> ModelCard:
+    config = read_json(folder / "config.json", f"{model_id!r}: config.json")
     if not isinstance(config, dict):
-        raise ModelLoadFailed(f"{folder} has no config.json; it is not a transformers checkpoint")
+        raise ModelLoadFailed(f"{model_id!r} has no config.json; it is not a transformers checkpoint")
     model_type = config.get("model_type")
     family = FAMILY_BY_MODEL_TYPE.get(str(model_type))
     if family is None:
-        raise ModelLoadFailed(f"{folder}: architecture {model_type!r} is not supported yet")
-    pooling, normalize = _pooling_from_st(folder)
-    st_cfg = read_object(folder / "sentence_bert_config.json")
+        raise ModelLoadFailed(f"{model_id!r}: architecture {model_type!r} is not supported yet")
+    pooling, normalize = _pooling_from_st(folder, model_id)
+    st_cfg = read_object(folder / "sentence_bert_config.json", f"{model_id!r}: sentence_bert_config.json")
     positions = int(config.get("max_position_embeddings", 512))
     if family == "xlm_roberta":
         positions -= int(config.get("pad_token_id", 1)) + 1
     max_len = min(int(st_cfg.get("max_seq_length") or positions), positions, 8192)
+    if max_len < 1:
+        raise ValueError(f"max_position_embeddings gives a maximum length of {max_len}")
     budget = max(8192, max_len)
     # the head follows the checkpoint's class: a classifier scores pairs, a masked LM is a SPLADE encoder
-    arch = " ".join(config.get("architectures") or [])
+    arch = " ".join(str(a) for a in (config.get("architectures") or []))
     tasks, outputs, score, sparse, extract = ["encode"], ["dense"], None, None, None
     if "ForSequenceClassification" in arch:
         tasks, outputs, score = ["score"], ["score"], ScoreSpec(kind="classifier")
@@ -120,7 +139,7 @@ def infer_card(folder: Path, model_id: str) -> ModelCard:
     return ModelCard(
         id=model_id,
         family=family,
-        description=f"local checkpoint {folder}",
+        description=f"checkpoint folder {model_id}",
         source=WeightSource(path=folder),
         tasks=tasks,
         outputs=outputs,

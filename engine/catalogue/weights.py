@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 from engine.catalogue.cards import ModelCard
-from engine.errors import InvalidInput, ModelLoadFailed
+from engine.catalogue.folders import canonical, check_id, under
+from engine.errors import InvalidInput, ModelUnavailable
 
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*", "1_Dense/*", "2_Dense/*"]
 HUB_PATTERNS += ["colbert_linear.pt", "sparse_linear.pt"]  # BGE-M3 heads (plain tensors, read with weights_only)
@@ -39,29 +40,43 @@ def _hf_cache_dir(card: ModelCard, repo: str, revision: str | None) -> Path | No
     return folder if has_weights(folder, card) else None
 
 
-def _hub_download(card: ModelCard, repo: str, revision: str | None) -> Path:
+def _hub_download(card: ModelCard, repo: str, revision: str | None) -> Path | str:
+    """The downloaded folder, or why the download failed."""
     from huggingface_hub import snapshot_download
 
     patterns = HUB_PATTERNS + (GLINER_PATTERNS if card.family == "gliner" else [])
     try:
         return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns))
-    except Exception as e:  # noqa: BLE001 - any hub failure becomes one clear load error
-        raise ModelLoadFailed(f"could not download {repo!r} from the Hugging Face hub: {e}") from e
+    except Exception as e:  # noqa: BLE001 - any hub failure is one line of the unavailable message
+        return f"hub download of {repo} (failed: {type(e).__name__})"
 
 
-def resolve_weights(card: ModelCard, offline: bool | None = None) -> Path:
-    """The folder holding config.json, safetensors and tokenizer files for this card."""
+def how_to_provide(local: bool) -> str:
+    """The ways to give a server weights, for the MODEL_UNAVAILABLE message."""
+    ways = [
+        "download them once with network access (unset HF_HUB_OFFLINE and SHOAL_OFFLINE) into the Hugging Face cache",
+        "point a card's source.path (a YAML card in SHOAL_MODEL_DIR) at a checkpoint folder",
+        "put the checkpoint folder under a model root (SHOAL_MODEL_ROOTS) and use its name",
+    ]
+    if local:
+        ways.append("pass the checkpoint folder itself as the model id")
+    return "; or ".join(ways)
+
+
+def resolve_weights(card: ModelCard, offline: bool | None = None, show_paths: bool = True) -> Path:
+    """The folder holding config.json, safetensors and tokenizer files for this card; 503 MODEL_UNAVAILABLE
+    naming what was tried and how to provide the weights (server paths only when `show_paths`)."""
     src = card.source
     tried: list[str] = []
     if src.path is not None:
         if Path(src.path).is_dir():
             return Path(src.path)
-        tried.append(f"path {src.path} (missing)")
+        tried.append(f"source.path {src.path if show_paths else '(a server folder)'} (missing)")
     if src.hf_repo:
         found = _hf_cache_dir(card, src.hf_repo, src.revision)
         if found is not None:
             return found
-        tried.append(f"HF cache for {src.hf_repo} (not cached)")
+        tried.append(f"Hugging Face cache for {src.hf_repo} (not cached)")
     if src.package:
         found = _package_dir(src.package, src.package_subdir)
         if found is not None:
@@ -70,19 +85,37 @@ def resolve_weights(card: ModelCard, offline: bool | None = None) -> Path:
     if offline is None:
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
     if src.hf_repo and not offline:
-        return _hub_download(card, src.hf_repo, src.revision)
-    raise ModelLoadFailed(f"no weights for {card.id!r}; tried: {'; '.join(tried) or 'nothing configured'}")
+        got = _hub_download(card, src.hf_repo, src.revision)
+        if isinstance(got, Path):
+            return got
+        tried.append(got)
+    elif src.hf_repo:
+        tried.append("hub download (skipped: offline mode)")
+    raise ModelUnavailable(
+        f"model {card.id!r} has no weights on this server; tried: {'; '.join(tried) or 'no source configured'}. "
+        f"To provide them: {how_to_provide(show_paths)}"
+    )
 
 
-def resolve_adapter(card: ModelCard, name: str, lora_dir: Path | None) -> Path:
-    """Where a LoRA adapter lives: the card's `loras`, then the adapter folder, then a local folder path."""
-    candidates = []
+def resolve_adapter(card: ModelCard, name: str, lora_dir: Path | None, local: bool = True) -> tuple[str, Path]:
+    """(canonical name, folder) of a LoRA adapter: the card's `loras`, then a folder under the adapter folder,
+    then (local folders on) any folder. Every spelling of one folder gives one name; 400 otherwise."""
+    check_id(name, "LoRA adapter name", 512)
+    candidates: list[tuple[str, Path]] = []
     if name in card.loras:
-        candidates.append(Path(card.loras[name]).expanduser())
+        candidates.append((name, Path(card.loras[name]).expanduser()))
     if lora_dir is not None:
-        candidates.append(Path(lora_dir).expanduser() / name)
-    candidates.append(Path(name).expanduser())
-    for folder in candidates:
-        if (folder / "adapter_config.json").is_file():
-            return folder
+        found = under(Path(lora_dir), name)
+        if found is not None:
+            candidates.append(found)
+    if local:
+        folder = canonical(Path(name))
+        if folder is not None:
+            candidates.append((str(folder), folder))
+    for key, folder in candidates:
+        try:
+            if (folder / "adapter_config.json").is_file():
+                return key, folder
+        except OSError:  # a name too long for the filesystem
+            continue
     raise InvalidInput(f"model {card.id!r} has no LoRA adapter {name!r}; known adapters: {sorted(card.loras)}")

@@ -1,7 +1,10 @@
 """The SDK call surface shared by the in-process engine and the HTTP client, and result shaping.
 
-Both implement two primitives (`encode_body`, `score_body`: wire body in, wire result out) and `models`;
-the user-facing `encode` and `score` are written once here on top of them.
+Both implement three primitives (`encode_body`, `score_body`, `extract_body`: wire body in, wire result out), `models` and
+`item_cap` (the most items one primitive call may carry); the user-facing `encode`, `score` and `extract` are written
+once here on top of them. A call with more items than the cap is split into chunks of the cap, at most
+`stream_window` of them in flight, so its memory is bounded by the window, not by the call (engine.client.
+chunks).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
+from engine.client.chunks import in_chunks, merge_scores
 from engine.tasks.extract import build_extract_body
 from engine.tasks.requests import build_encode_body, build_score_body
 
@@ -19,7 +23,9 @@ WIRE_DTYPES: dict[str, type[np.generic]] = {
     "float32": np.float32,
     "float16": np.float16,
     "int8": np.int8,
+    "uint8": np.uint8,
     "binary": np.uint8,
+    "ubinary": np.uint8,
 }
 Item = str | dict[str, Any]  # a text, or {"id", "text", "metadata"}
 EncodeResult = dict[str, Any]  # {"id"?, "dense": ndarray, "sparse": {"indices", "values"}, "multivector": ndarray}
@@ -69,6 +75,12 @@ class ModelCalls(ABC):
     async def models(self) -> list[dict[str, Any]]:
         """The model catalogue: one description per model."""
 
+    async def item_cap(self) -> int:
+        """The most items one `encode_body` / `score_body` call may carry; larger calls are split."""
+        return 1 << 30
+
+    stream_window: int = 4  # chunks of one large call in flight at once
+
     @abstractmethod
     async def close(self) -> None:
         """Release what this caller holds (connections, the engine's worker)."""
@@ -112,15 +124,19 @@ class ModelCalls(ABC):
     ) -> EncodeResult | list[EncodeResult]:
         """Encode one item (returns one result) or a list (returns a list of results, in order)."""
         batch = items if isinstance(items, list) else [items]
-        body = build_encode_body(
-            batch,
-            output_types=output_types,
-            instruction=instruction,
-            output_dtype=output_dtype,
-            is_query=is_query,
-            options=options,
-        )
-        results = to_encode_results((await self.encode_body(model, body))["items"])
+
+        async def run(start: int, stop: int) -> list[EncodeResult]:
+            body = build_encode_body(
+                batch[start:stop],
+                output_types=output_types,
+                instruction=instruction,
+                output_dtype=output_dtype,
+                is_query=is_query,
+                options=options,
+            )
+            return to_encode_results((await self.encode_body(model, body))["items"])
+
+        results = await in_chunks(len(batch), await self.item_cap(), self.stream_window, run)
         return results if isinstance(items, list) else results[0]
 
     async def score(
@@ -133,8 +149,21 @@ class ModelCalls(ABC):
         options: dict[str, Any] | None = None,
     ) -> ScoreResult:
         """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
-        body = build_score_body(query, items, instruction=instruction, options=options)
-        return await self.score_body(model, body)
+        cap = await self.item_cap()
+        if len(items) <= cap:
+            return await self.score_body(
+                model, build_score_body(query, items, instruction=instruction, options=options)
+            )
+        # every item keeps the id the server would give it ("item-<index>"), whichever chunk it lands in
+        named: list[Item] = [
+            it if isinstance(it, dict) and it.get("id") is not None else _named(it, i) for i, it in enumerate(items)
+        ]
+
+        async def run(start: int, stop: int) -> list[ScoreResult]:
+            body = build_score_body(query, named[start:stop], instruction=instruction, options=options)
+            return [await self.score_body(model, body)]
+
+        return merge_scores(await in_chunks(len(named), cap, self.stream_window, run))
 
     @overload
     async def extract(
@@ -169,6 +198,20 @@ class ModelCalls(ABC):
     ) -> ExtractResult | list[ExtractResult]:
         """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
         batch = items if isinstance(items, list) else [items]
-        body = build_extract_body(batch, labels=labels, instruction=instruction, options=options)
-        results: list[ExtractResult] = (await self.extract_body(model, body))["items"]
+        cap = await self.item_cap()
+        if len(batch) > cap:  # ids as the server would give them ("item-<index>"), whichever chunk
+            batch = [
+                it if isinstance(it, dict) and it.get("id") is not None else _named(it, i) for i, it in enumerate(batch)
+            ]
+
+        async def run(start: int, stop: int) -> list[ExtractResult]:
+            body = build_extract_body(batch[start:stop], labels=labels, instruction=instruction, options=options)
+            found: list[ExtractResult] = (await self.extract_body(model, body))["items"]
+            return found
+
+        results = await in_chunks(len(batch), cap, self.stream_window, run)
         return results if isinstance(items, list) else results[0]
+
+
+def _named(item: Item, index: int) -> dict[str, Any]:
+    return {**({"text": item} if isinstance(item, str) else item), "id": f"item-{index}"}

@@ -28,8 +28,15 @@ def raise_for_error(response: httpx.Response) -> None:
     raise err
 
 
+FALLBACK_ITEM_CAP = 512  # items per request when the server does not say its cap (GET /info)
+
+
 class AsyncClient(ModelCalls):
-    """Talks to `shoal serve` (or any SIE-compatible server) over HTTP; msgpack by default."""
+    """Talks to `shoal serve` (or any SIE-compatible server) over HTTP; msgpack by default.
+
+    Calls with more items than the server takes in one request (its `/info` `max_client_batch_size`, read
+    once; `max_items` overrides it) are split into requests of that size, `stream_window` in flight.
+    """
 
     def __init__(
         self,
@@ -38,10 +45,23 @@ class AsyncClient(ModelCalls):
         api_key: str | None = None,
         timeout: float = 300.0,
         use_json: bool = False,
+        max_items: int | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout, headers=headers)
         self._json = use_json
+        self._cap = max_items
+
+    async def item_cap(self) -> int:
+        """The server's per-request item limit, asked once (GET /info); FALLBACK_ITEM_CAP if it does not say."""
+        if self._cap is None:
+            try:
+                r = await self._http.get("/info", headers={"Accept": JSON})
+                cap = r.json().get("max_client_batch_size") if r.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, AttributeError):
+                cap = None
+            self._cap = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else FALLBACK_ITEM_CAP
+        return self._cap
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         media = JSON if self._json else MSGPACK

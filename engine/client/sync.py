@@ -162,8 +162,9 @@ class Client(SyncFacade[AsyncClient]):
         api_key: str | None = None,
         timeout: float = 300.0,
         use_json: bool = False,
+        max_items: int | None = None,
     ) -> None:
         async def make() -> AsyncClient:
-            return AsyncClient(url, api_key=api_key, timeout=timeout, use_json=use_json)
+            return AsyncClient(url, api_key=api_key, timeout=timeout, use_json=use_json, max_items=max_items)
 
         super().__init__(make)

@@ -1,13 +1,14 @@
-"""The HTTP app: middleware (auth, metrics, never a bare 500), health routes, and the route families.
+"""The HTTP app: the edge middleware (engine.http.edge), CORS when configured, health and metrics routes,
+and the route families.
 
-A route family is one module with a router (engine.http.native, .openai, .rerank); adding one (Cohere v2,
-TEI, ...) is a new module and one entry in FAMILIES.
+A route family is one module with a router (engine.http.native, .openai, .rerank, .cohere, .tei); adding
+one is a new module and one entry in FAMILIES. `create_app` raises AuthConfigError for a key configuration
+it cannot use: the gateway refuses to start rather than run open.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
@@ -15,25 +16,28 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.errors import InternalError, ShoalError, Unauthorized
-from engine.http import native, openai, rerank
+from engine.errors import ShoalError
+from engine.http import cohere, native, openai, rerank, tei
+from engine.http.auth import auth_from
+from engine.http.edge import Edge
+from engine.http.redact import scrub_body, scrubber
 from engine.http.replies import RouteFamily, error_response, native_error
-from engine.metrics import LATENCY, QUEUE_DEPTH, REQUESTS
+from engine.metrics import QUEUE_DEPTH
 from engine.runtime import AsyncEngine
 
-FAMILIES: tuple[RouteFamily, ...] = (native.FAMILY, openai.FAMILY, rerank.FAMILY)
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
-ENDPOINTS = {"encode", "score", "extract", "embeddings", "rerank", "models"}
+FAMILIES: tuple[RouteFamily, ...] = (native.FAMILY, openai.FAMILY, rerank.FAMILY, cohere.FAMILY, tei.FAMILY)
 
 
 def create_app(engine: AsyncEngine) -> FastAPI:
     """The FastAPI app over one engine; the engine starts and drains with the app."""
     settings = engine.settings
+    auth = auth_from(settings)  # AuthConfigError: refuse to start
     error_bodies = {path: f.error_body for f in FAMILIES for path in f.error_paths}
+    scrub = scrubber(settings)
 
-    def error_for(request: Request, err: ShoalError) -> JSONResponse:
-        body = error_bodies.get(request.url.path, native_error)(err)
-        return error_response(err, body)
+    def error_for(path: str, err: ShoalError) -> JSONResponse:
+        """An error in its route family's shape, with no server paths when local folders are off."""
+        return error_response(err, scrub_body(error_bodies.get(path, native_error)(err), scrub))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -43,28 +47,23 @@ def create_app(engine: AsyncEngine) -> FastAPI:
 
     app = FastAPI(title="shoal", version="0.1.0", lifespan=lifespan)
     app.state.engine = engine
+    app.add_middleware(
+        Edge,
+        settings=settings,
+        auth=auth,
+        catalogue=engine.catalogue,
+        respond=error_for,
+        scrub=None if settings.local_models else scrub,
+    )
+    if settings.cors_origins:  # outside the edge: preflight requests carry no key
+        from starlette.middleware.cors import CORSMiddleware
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        """Auth, metrics and the never-a-bare-500 rule for every path."""
-        path = request.url.path
-        started = time.perf_counter()
-        try:
-            authorized = request.headers.get("authorization", "") == f"Bearer {settings.api_key}"
-            if settings.api_key and not path.startswith(OPEN_PATHS) and not authorized:
-                raise Unauthorized("missing or wrong API key; send 'Authorization: Bearer <key>'")
-            response = await call_next(request)
-        except ShoalError as e:
-            response = error_for(request, e)
-        except Exception as e:  # noqa: BLE001 - last resort: a typed 500, and the server stays up
-            response = error_for(request, InternalError(f"{type(e).__name__}: {e}"))
-        if path.startswith("/v1/"):
-            # bounded label sets: arbitrary paths and unknown model names must not grow the metrics
-            endpoint = path.split("/")[2] if path.split("/")[2] in ENDPOINTS else "other"
-            model = request.scope.get("shoal_model", "") if response.status_code != 404 else "unknown"
-            REQUESTS.labels(endpoint, model, str(response.status_code)).inc()
-            LATENCY.labels(endpoint, model).observe(time.perf_counter() - started)
-        return response
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "accept"],
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
@@ -75,7 +74,7 @@ def create_app(engine: AsyncEngine) -> FastAPI:
 
     @app.exception_handler(ShoalError)
     async def _shoal_error(request: Request, err: ShoalError) -> JSONResponse:
-        return error_for(request, err)
+        return error_for(request.url.path, err)
 
     for family in FAMILIES:
         app.include_router(family.router)
@@ -91,10 +90,12 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         state = "draining" if engine.draining else "starting"
         return JSONResponse({"status": state}, status_code=503, headers={"Retry-After": "1"})
 
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        if engine.queue is not None:
-            QUEUE_DEPTH.set(await engine.queue.depth())
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    if settings.metrics_port is None:  # else /metrics is served on its own port (engine.http.server)
+
+        @app.get("/metrics")
+        async def metrics() -> Response:
+            if engine.queue is not None:
+                QUEUE_DEPTH.set(await engine.queue.depth())
+            return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
 from engine.http.replies import RouteFamily, engine_of, name_model, native_reply, read_body
+from engine.tasks.limits import count_before_parsing
+
+STARTED = int(time.time())  # OpenAI's `created` for every model: when this server started
+
+
+def openai_model(info: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's model object for one native model description."""
+    return {"id": info["name"], "object": "model", "owned_by": "shoal", "created": STARTED}
+
 
 router = APIRouter()
 
@@ -14,31 +24,38 @@ router = APIRouter()
 @router.post("/v1/encode/{model:path}")
 async def encode(model: str, request: Request) -> Response:
     name_model(request, model)
-    return native_reply(request, await engine_of(request).encode_body(model, await read_body(request)))
+    return await native_reply(request, await engine_of(request).encode_body(model, await read_body(request)))
 
 
 @router.post("/v1/extract/{model:path}")
 async def extract(model: str, request: Request) -> Response:
     """Entities (GLiNER) or classifications (NLI, embeddings) of each item; 404 unknown model, 400 one that
-    cannot extract."""
+    cannot extract. The item count is checked before any item is parsed."""
     name_model(request, model)
-    return native_reply(request, await engine_of(request).extract_body(model, await read_body(request)))
+    body = await read_body(request)
+    engine = engine_of(request)
+    count_before_parsing(body, "items", engine.settings.max_items)
+    return await native_reply(request, await engine.extract_body(model, body))
 
 
 @router.post("/v1/score/{model:path}")
 async def score(model: str, request: Request) -> Response:
     name_model(request, model)
-    return native_reply(request, await engine_of(request).score_body(model, await read_body(request)))
+    return await native_reply(request, await engine_of(request).score_body(model, await read_body(request)))
 
 
 @router.get("/v1/models")
 async def models(request: Request) -> dict[str, Any]:
-    return {"models": await engine_of(request).models()}
+    """The native list under `models` and OpenAI's list under `object`/`data`, so both clients read it."""
+    native = await engine_of(request).models()
+    return {"object": "list", "data": [openai_model(m) for m in native], "models": native}
 
 
 @router.get("/v1/models/{model:path}")
 async def model_detail(model: str, request: Request) -> dict[str, Any]:
-    return await engine_of(request).model(model)
+    """One model: the native fields plus OpenAI's id/object/owned_by/created."""
+    info = await engine_of(request).model(model)
+    return {**info, **openai_model(info)}
 
 
 FAMILY = RouteFamily(router)

@@ -1,7 +1,12 @@
-"""OpenAI routes: POST /v1/embeddings (request -> typed encode request; native result -> OpenAI response)."""
+"""OpenAI routes: POST /v1/embeddings (request -> typed encode request; native result -> OpenAI response).
+
+`input` may be text or token-id arrays (engine.tasks.token_input); token ids are decoded back to text as
+`EngineSettings.token_ids` says, then encoded like any text. Up to `max_items` inputs (2,048) a request.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Any
 
@@ -11,7 +16,11 @@ from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput, ShoalError
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body
+from engine.runtime import AsyncEngine
+from engine.tasks.annotate import check_limits
+from engine.tasks.limits import check_count
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
+from engine.tasks.token_input import decode_cl100k, parse_input
 
 router = APIRouter()
 
@@ -21,18 +30,8 @@ def openai_error(err: ShoalError) -> dict[str, Any]:
     return {"error": {"message": err.message, "type": err.code.lower(), "code": err.code}}
 
 
-def embeddings_request(body: Any) -> tuple[str, EncodeRequest, bool]:
-    """(model, encode request, base64?) from an OpenAI embeddings request."""
-    if not isinstance(body, dict):
-        raise InvalidInput("the body must be a JSON object with 'model' and 'input'")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidInput("'model' is required")
-    texts = body.get("input")
-    if isinstance(texts, str):
-        texts = [texts]
-    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-        raise InvalidInput("'input' must be a non-empty string or list of strings (token arrays are not supported)")
+def embeddings_request(body: Any, texts: list[str]) -> tuple[EncodeRequest, bool]:
+    """(encode request, base64?) from an OpenAI embeddings request whose input reads as `texts`."""
     fmt = body.get("encoding_format", "float") or "float"
     if fmt not in ("float", "base64"):
         raise InvalidInput("'encoding_format' must be 'float' or 'base64'")
@@ -40,7 +39,26 @@ def embeddings_request(body: Any) -> tuple[str, EncodeRequest, bool]:
     if dims is not None and (not isinstance(dims, int) or isinstance(dims, bool) or dims < 1):
         raise InvalidInput("'dimensions' must be a positive integer")
     params = EncodeRequestParams(output_types=["dense"], output_dtype="float32", options=EncodeOptions(dimensions=dims))
-    return model, EncodeRequest(items=[Item(text=t) for t in texts], params=params), fmt == "base64"
+    return EncodeRequest(items=[Item(text=t) for t in texts], params=params), fmt == "base64"
+
+
+async def input_texts(engine: AsyncEngine, body: Any) -> tuple[str, list[str]]:
+    """(model, texts) of an embeddings request; token-id arrays decoded as the settings say."""
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object with 'model' and 'input'")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidInput("'model' is required")
+    value = parse_input(body.get("input"))
+    check_count("input", len(value), engine.settings.max_items, "SHOAL_MAX_ITEMS")  # before items are built
+    if value and isinstance(value[0], str):
+        return model, [t for t in value if isinstance(t, str)]
+    arrays = [a for a in value if isinstance(a, list)]
+    check_limits(engine.settings, len(arrays), [])  # 413 before decoding thousands of arrays
+    if engine.settings.token_ids == "model":
+        return model, await engine.detokenize(model, arrays)
+    engine.card(model)  # an unknown model is a 404 before any decoding
+    return model, await asyncio.to_thread(decode_cl100k, arrays)
 
 
 def embeddings_response(model: str, result: dict[str, Any], as_base64: bool) -> dict[str, Any]:
@@ -59,11 +77,16 @@ def embeddings_response(model: str, result: dict[str, Any], as_base64: bool) -> 
 
 
 @router.post("/v1/embeddings")
+@router.post("/embeddings")  # the same route without /v1: Infinity's path (litellm's infinity/ posts here)
+@router.post("/infinity/embeddings")
 async def embeddings(request: Request) -> Response:
-    model, req, as_base64 = embeddings_request(await read_body(request))
+    engine = engine_of(request)
+    body = await read_body(request)
+    model, texts = await input_texts(engine, body)
     name_model(request, model)
-    result = await engine_of(request).encode_request(model, req)
+    req, as_base64 = embeddings_request(body, texts)
+    result = await engine.encode_request(model, req)
     return JSONResponse(embeddings_response(model, result, as_base64))
 
 
-FAMILY = RouteFamily(router, ("/v1/embeddings",), openai_error)
+FAMILY = RouteFamily(router, ("/v1/embeddings", "/embeddings", "/infinity/embeddings"), openai_error)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +12,9 @@ from fastapi.responses import JSONResponse
 
 from engine.errors import PayloadTooLarge, ShoalError
 from engine.runtime import AsyncEngine
-from engine.wire import decode_body, encode_response, response_type
+from engine.wire import BodyLimits, decode_body, encode_response, response_type
+
+OFFLOAD_ITEMS = 32  # replies with more items than this are encoded off the event loop
 
 
 def native_error(err: ShoalError) -> dict[str, Any]:
@@ -29,8 +32,11 @@ class RouteFamily:
 
 
 def error_response(err: ShoalError, body: dict[str, Any] | None = None) -> JSONResponse:
-    """An error in its route family's body (native by default), with Retry-After on transient errors."""
-    headers = {"Retry-After": str(max(1, round(err.retry_after)))} if err.retry_after is not None else None
+    """An error in its route family's body (native by default), with Retry-After on transient errors; 408
+    and 413 close the connection (the rest of that body is not worth reading)."""
+    headers = {"Retry-After": str(max(1, round(err.retry_after)))} if err.retry_after is not None else {}
+    if err.status in (408, 413):
+        headers["Connection"] = "close"
     return JSONResponse(body or native_error(err), status_code=err.status, headers=headers)
 
 
@@ -40,23 +46,31 @@ def timing_headers(timing: dict[str, float]) -> dict[str, str]:
     return {h: f"{timing[k]:.2f}" for k, h in names.items() if k in timing}
 
 
-def native_reply(request: Request, result: dict[str, Any]) -> Response:
-    """A native result in the media type the client asked for, with the timing headers."""
+async def native_reply(request: Request, result: dict[str, Any]) -> Response:
+    """A native result in the media type the client asked for, with the timing headers; a large one is
+    encoded off the event loop."""
     media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
     headers = timing_headers(result.get("timing", {}))
-    return Response(encode_response(result, media), media_type=media, headers=headers)
+    if len(result.get("items", ())) > OFFLOAD_ITEMS:
+        data = await asyncio.to_thread(encode_response, result, media)
+    else:
+        data = encode_response(result, media)
+    return Response(data, media_type=media, headers=headers)
 
 
 async def read_body(request: Request) -> Any:
-    """The decoded body (msgpack or JSON by Content-Type); 413 past the engine's body limit."""
-    limit = engine_of(request).settings.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"body of {declared} bytes is over the limit of {limit}")
+    """The decoded body (msgpack or JSON by Content-Type), nesting and list lengths bounded. The edge has
+    bounded the body's size and time while it streamed in; a large body is decoded off the event loop, so
+    health checks never wait behind it."""
+    settings = engine_of(request).settings
     raw = await request.body()
-    if len(raw) > limit:
-        raise PayloadTooLarge(f"body of {len(raw)} bytes is over the limit of {limit}")
-    return decode_body(raw, request.headers.get("content-type"))
+    if len(raw) > settings.max_body_bytes:  # the edge stops it first; this holds without the edge too
+        raise PayloadTooLarge(f"body of {len(raw):,} bytes is over the limit of {settings.max_body_bytes:,}")
+    limits = BodyLimits(settings.max_body_depth, max(settings.max_body_list, settings.max_items))
+    ctype = request.headers.get("content-type")
+    if len(raw) > settings.offload_bytes:
+        return await asyncio.to_thread(decode_body, raw, ctype, limits)
+    return decode_body(raw, ctype, limits)
 
 
 def engine_of(request: Request) -> AsyncEngine:

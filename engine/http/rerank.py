@@ -1,7 +1,17 @@
-"""Cohere / Jina-style rerank: POST /v1/rerank {model, query, documents, top_n?, return_documents?}."""
+"""Rerank in the Cohere/Jina shape: POST /v1/rerank and POST /rerank {model, query, documents, top_n?,
+return_documents?}; the ranking itself (`rerank`) is shared with Cohere v2 and TEI's /rerank.
+
+POST /rerank without /v1 is what litellm's hosted_vllm/ route calls (and infinity/ with a bare base URL).
+A body with `texts` there is TEI's rerank (engine.http.tei); with `documents` it is this shape. Each
+result's `document` is `{"text": ...}` (Cohere, Jina, vLLM). Infinity's client wants it as a plain string
+and sends the same body as vLLM's, so the choice is made by route: POST /infinity/rerank (litellm's
+infinity/ with `api_base=<server>/infinity`) answers plain strings, as does any request with
+`"document_format": "string"`.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -10,51 +20,93 @@ from fastapi.responses import JSONResponse
 from engine.errors import InvalidInput
 from engine.http.openai import openai_error
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
+from engine.runtime import AsyncEngine
+from engine.tasks.limits import count_before_parsing
 from engine.tasks.requests import Item, ScoreRequest
 
 router = APIRouter()
 
 
-def rerank_request(body: Any) -> tuple[str, ScoreRequest, int | None, bool]:
-    """(model, score request, top_n, return_documents) from a rerank request; items are ids '0', '1', ..."""
+@dataclass(frozen=True)
+class Ranking:
+    """Documents ranked against a query: (index, score) best first, and the native result's usage/timing."""
+
+    order: list[tuple[int, float]]
+    tokens: int
+    timing: dict[str, float]
+
+
+def positive_int(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise InvalidInput(f"'{key}' must be a positive integer")
+    return value
+
+
+def text_list(value: Any, key: str) -> list[str]:
+    """A non-empty list of strings or {text} objects, as strings."""
+    if not isinstance(value, list) or not value:
+        raise InvalidInput(f"'{key}' must be a non-empty list of strings or {{text}} objects")
+    texts = []
+    for i, d in enumerate(value):
+        text = d.get("text") if isinstance(d, dict) else d
+        if not isinstance(text, str):
+            raise InvalidInput(f"{key}.{i} must be a string or an object with 'text'")
+        texts.append(text)
+    return texts
+
+
+def model_query(body: Any, default_model: str | None = None) -> tuple[str, str]:
+    """(model, query) of a rerank body; the model may default (TEI names none)."""
     if not isinstance(body, dict):
-        raise InvalidInput("the body must be a JSON object with 'model', 'query' and 'documents'")
-    model, query, docs = body.get("model"), body.get("query"), body.get("documents")
+        raise InvalidInput("the body must be a JSON object with 'query' and the documents")
+    model, query = body.get("model", default_model), body.get("query")
     if not isinstance(model, str) or not model:
         raise InvalidInput("'model' is required")
     if not isinstance(query, str):
         raise InvalidInput("'query' must be a string")
-    if not isinstance(docs, list) or not docs:
-        raise InvalidInput("'documents' must be a non-empty list of strings or {text} objects")
-    texts = []
-    for i, d in enumerate(docs):
-        text = d.get("text") if isinstance(d, dict) else d
-        if not isinstance(text, str):
-            raise InvalidInput(f"documents.{i} must be a string or an object with 'text'")
-        texts.append(text)
-    top_n = body.get("top_n")
-    if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
-        raise InvalidInput("'top_n' must be a positive integer")
-    req = ScoreRequest(query=Item(text=query), items=[Item(id=str(i), text=t) for i, t in enumerate(texts)])
-    return model, req, top_n, bool(body.get("return_documents", False))
+    return model, query
+
+
+async def rerank(
+    engine: AsyncEngine, request: Request, model: str, query: str, texts: list[str], truncate: bool | None = None
+) -> Ranking:
+    """Score every text against the query with the model's score task; best first."""
+    name_model(request, model)
+    options = {"truncate": truncate} if truncate is not None else {}
+    items = [Item(id=str(i), text=t) for i, t in enumerate(texts)]
+    req = ScoreRequest.model_validate({"query": Item(text=query), "items": items, "options": options})
+    result = await engine.score_request(model, req)
+    order = [(int(s["item_id"]), float(s["score"])) for s in result["scores"]]
+    return Ranking(order, int(result.get("usage", {}).get("input_tokens", 0)), result.get("timing", {}))
+
+
+async def documents_rerank(request: Request, body: Any) -> Response:
+    """{model, query, documents, top_n?, return_documents?} -> {model, results: [{index, relevance_score}]}."""
+    model, query = model_query(body)
+    count_before_parsing(body, "documents", engine_of(request).settings.max_items)
+    texts = text_list(body.get("documents"), "documents")
+    top_n = positive_int(body, "top_n")
+    fmt = body.get("document_format", "string" if request.url.path.startswith("/infinity/") else "object")
+    if fmt not in ("object", "string"):
+        raise InvalidInput("'document_format' must be 'object' ({text}) or 'string'")
+    plain = fmt == "string"
+    ranking = await rerank(engine_of(request), request, model, query, texts)
+    results = []
+    for index, score in ranking.order[:top_n]:
+        entry: dict[str, Any] = {"index": index, "relevance_score": score}
+        if body.get("return_documents", False):
+            entry["document"] = texts[index] if plain else {"text": texts[index]}
+        results.append(entry)
+    usage = {"total_tokens": ranking.tokens, "prompt_tokens": ranking.tokens}
+    out = {"model": model, "results": results, "usage": usage}
+    return JSONResponse(out, headers=timing_headers(ranking.timing))
 
 
 @router.post("/v1/rerank")
-async def rerank(request: Request) -> Response:
-    """{model, query, documents, top_n?, return_documents?} -> {model, results: [{index, relevance_score}]}."""
-    model, req, top_n, return_documents = rerank_request(await read_body(request))
-    name_model(request, model)
-    result = await engine_of(request).score_request(model, req)
-    results = []
-    for s in result["scores"][:top_n]:
-        index = int(s["item_id"])
-        entry: dict[str, Any] = {"index": index, "relevance_score": s["score"]}
-        if return_documents:
-            entry["document"] = {"text": req.items[index].text}
-        results.append(entry)
-    usage = result.get("usage", {})
-    out = {"model": model, "results": results, "usage": {"total_tokens": usage.get("input_tokens", 0)}}
-    return JSONResponse(out, headers=timing_headers(result.get("timing", {})))
+@router.post("/infinity/rerank")
+async def rerank_v1(request: Request) -> Response:
+    return await documents_rerank(request, await read_body(request))
 
 
-FAMILY = RouteFamily(router, ("/v1/rerank",), openai_error)
+FAMILY = RouteFamily(router, ("/v1/rerank", "/infinity/rerank"), openai_error)

@@ -130,9 +130,10 @@ class AdapterCache:
     folder adapter names are looked up in (engine.catalogue.weights.resolve_adapter).
     """
 
-    def __init__(self, capacity: int = 16, lora_dir: Path | None = None) -> None:
+    def __init__(self, capacity: int = 16, lora_dir: Path | None = None, local: bool = True) -> None:
         self.capacity = max(1, capacity)
         self.lora_dir = lora_dir
+        self.local = local  # adapter names may be any local folder (engine.catalogue.folders)
         self._items: OrderedDict[tuple[str, str], Adapter] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0

@@ -107,7 +107,7 @@ class PackedModel:
         """The LoRA adapter `name`, loaded (cached) and hooked into the backbone; raises if it is unusable."""
 
         def read() -> lora.Adapter:
-            folder = resolve_adapter(self.card, name, self.adapters.lora_dir)
+            _, folder = resolve_adapter(self.card, name, self.adapters.lora_dir, self.adapters.local)
             renames = FAMILIES[self.card.family].renames
             return lora.read_adapter(name, folder, renames, self.device, self.dtype)
 

@@ -8,7 +8,7 @@ from tokenizers import Tokenizer
 
 from engine.catalogue.catalogue import Catalogue
 from engine.catalogue.weights import resolve_weights
-from engine.errors import InvalidInput, ModelLoadFailed
+from engine.errors import InputTooLong, InvalidInput, ModelLoadFailed
 
 
 def load_tokenizer(folder: Path, max_len: int) -> Tokenizer:
@@ -40,7 +40,7 @@ class TextTokenizer:
         if not truncate:
             for i, enc in enumerate(encodings):
                 if enc.overflowing:
-                    raise InvalidInput(
+                    raise InputTooLong(
                         f"item {i} is longer than the model's {self.max_len} tokens and truncation is off"
                     )
         return [enc.ids for enc in encodings]
@@ -51,7 +51,7 @@ class TextTokenizer:
         if not truncate:
             for i, enc in enumerate(encodings):
                 if enc.overflowing:
-                    raise InvalidInput(
+                    raise InputTooLong(
                         f"pair {i} is longer than the model's {self.max_len} tokens and truncation is off"
                     )
         return [(enc.ids, enc.type_ids) for enc in encodings]
@@ -59,6 +59,15 @@ class TextTokenizer:
     def plain(self, texts: list[str]) -> list[list[int]]:
         """Token ids without special tokens and without truncation (prompt pieces)."""
         return [enc.ids for enc in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, arrays: list[list[int]]) -> list[str]:
+        """Texts of token-id arrays, special tokens dropped; INVALID_INPUT for an id outside the vocabulary."""
+        top = self.tokenizer.get_vocab_size()
+        for i, ids in enumerate(arrays):
+            bad = next((t for t in ids if not 0 <= t < top), None)
+            if bad is not None:
+                raise InvalidInput(f"input.{i}: token id {bad} is outside the model's vocabulary (0..{top - 1})")
+        return list(self.tokenizer.decode_batch(arrays, skip_special_tokens=True))
 
     def token_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)

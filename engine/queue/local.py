@@ -53,7 +53,10 @@ class InProcessQueue:
 
     async def pull(self, prefer: Sequence[str], max_tasks: int, max_tokens: int, wait: float) -> list[Delivery]:
         """Wait for work, then linger up to `wait` seconds to fill the batch; preferred models first."""
-        while not self._pending:
+        while True:
+            self._pending = [d for d in self._pending if not d.future.done()]  # callers that gave up: not run
+            if self._pending:
+                break
             self._ready.clear()
             await self._ready.wait()
         deadline = time.monotonic() + wait
@@ -66,6 +69,7 @@ class InProcessQueue:
                 await asyncio.wait_for(self._ready.wait(), left)
             except TimeoutError:
                 break
+        self._pending = [d for d in self._pending if not d.future.done()]  # and those that left meanwhile
         order = sorted(range(len(self._pending)), key=lambda i: (self._pending[i].task.model not in prefer, i))
         taken: list[int] = []
         tokens = 0

@@ -61,7 +61,7 @@ class ResidencyManager:
             HOST: int(s.host_budget) if s.host_budget is not None else int(0.25 * footprint.total_memory("cpu")),
         }
         self.pins = set(s.pin)
-        self.adapters = AdapterCache(s.lora_cache_size, s.lora_dir)
+        self.adapters = AdapterCache(s.lora_cache_size, s.lora_dir, s.local_models)
         self.profiles = ProfileStore(s.profile_store)
         self._loader = loader
         self._clock = clock
@@ -224,7 +224,7 @@ class ResidencyManager:
         """Disk -> device: resolve the weights (once), measure the footprint from the safetensors headers,
         make room, load."""
         started = time.perf_counter()
-        folder: Path = await asyncio.to_thread(resolve_weights, card, self.offline)
+        folder: Path = await asyncio.to_thread(resolve_weights, card, self.offline, self.settings.local_models)
         card = self._tuned(card)
         precision = device_profile(card, self.device)
         weights, reserve = footprint.estimate(

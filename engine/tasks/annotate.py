@@ -11,7 +11,8 @@ import time
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_adapter
 from engine.config import EngineSettings
-from engine.errors import InvalidInput, PayloadTooLarge
+from engine.errors import InvalidInput
+from engine.tasks.limits import check_count, check_item_id, check_tokens, clean_instruction, clean_text
 from engine.tasks.requests import EncodeRequest, Item, ScoreRequest
 from engine.tasks.task import EncodeParams, ScoreParams, Task, TaskItem
 
@@ -22,31 +23,39 @@ def estimate_tokens(text: str) -> int:
 
 
 def check_limits(settings: EngineSettings, n_items: int, texts: list[tuple[str, str]]) -> None:
-    """413 for too many items or an over-long text (where, text), before anything is queued."""
-    if n_items > settings.max_items:
-        raise PayloadTooLarge(f"{n_items} items is over the limit of {settings.max_items} per request")
+    """413 for too many items or an over-long text (where, text), 400 for a text no tokenizer takes; before
+    anything is queued (the routes that count or read texts themselves call this)."""
+    check_count("items", n_items, settings.max_items, "SHOAL_MAX_ITEMS")
     for where, text in texts:
-        if len(text) > settings.max_item_chars:
-            raise PayloadTooLarge(f"{where}: {len(text)} characters is over {settings.max_item_chars}")
+        clean_text(where, text, settings)
+
+
+def task_items(items: list[Item], settings: EngineSettings, where: str = "items") -> list[TaskItem]:
+    """The items as the task carries them: count (413), each text's length and encodability, each id."""
+    check_count(where, len(items), settings.max_items, "SHOAL_MAX_ITEMS")
+    out = []
+    for i, it in enumerate(items):
+        if it.id is not None:
+            check_item_id(f"{where}.{i}.id", it.id, settings)
+        out.append(TaskItem(id=it.id, text=clean_text(f"{where}.{i}.text", it.text, settings)))
+    return out
 
 
 def adapter_for(card: ModelCard, settings: EngineSettings, lora: str | None, profile: str | None) -> str | None:
-    """A request's LoRA adapter, else its profile's; it must exist (400 otherwise)."""
+    """A request's LoRA adapter, else its profile's, by its canonical name; it must exist (400 otherwise)."""
     lora = lora or card.profile(profile).lora
-    if lora is not None:
-        resolve_adapter(card, lora, settings.lora_dir)
-    return lora
-
-
-def _items(items: list[Item]) -> list[TaskItem]:
-    return [TaskItem(id=it.id, text=it.text) for it in items]
+    if lora is None:
+        return None
+    key, _ = resolve_adapter(card, lora, settings.lora_dir, settings.local_models)
+    return key
 
 
 def encode_task(card: ModelCard, req: EncodeRequest, settings: EngineSettings, tenant: str | None = None) -> Task:
     """An encode task with every option resolved; 400 for what this model cannot do, 413 over the limits.
     The caller has checked that the card serves encode."""
-    check_limits(settings, len(req.items), [(f"items.{i}", it.text) for i, it in enumerate(req.items)])
+    items = task_items(req.items, settings)
     p, opts = req.params, req.params.options
+    instruction = clean_instruction("params.instruction", p.instruction, settings)
     missing = [t for t in p.output_types if t not in card.outputs]
     if missing:
         raise InvalidInput(f"model {card.id!r} cannot produce {missing}; it produces {card.outputs}")
@@ -54,10 +63,13 @@ def encode_task(card: ModelCard, req: EncodeRequest, settings: EngineSettings, t
         raise InvalidInput(f"dimensions {opts.dimensions} is over the model's {card.dense_dim}")
     is_query = bool(opts.is_query)
     card_prefix = card.query_instruction if is_query else card.document_instruction
+    prefix = (instruction if instruction is not None else card_prefix) or ""
+    est_tokens = sum(estimate_tokens(it.text) for it in items) + len(items) * len(prefix) // 4
+    check_tokens(est_tokens, settings)
     params = EncodeParams(
         output_types=tuple(p.output_types),
         output_dtype=p.output_dtype,  # validated against OUTPUT_DTYPES
-        prefix=(p.instruction if p.instruction is not None else card_prefix) or "",
+        prefix=prefix,
         is_query=is_query,
         normalize=card.normalize if opts.normalize is None else opts.normalize,
         dimensions=opts.dimensions,
@@ -66,9 +78,9 @@ def encode_task(card: ModelCard, req: EncodeRequest, settings: EngineSettings, t
     )
     return Task(
         model=card.id,
-        items=_items(req.items),
+        items=items,
         params=params,
-        est_tokens=sum(estimate_tokens(it.text) for it in req.items),
+        est_tokens=est_tokens,
         deadline=time.time() + settings.request_timeout_s,
         tenant=tenant,
     )
@@ -77,11 +89,14 @@ def encode_task(card: ModelCard, req: EncodeRequest, settings: EngineSettings, t
 def score_task(card: ModelCard, req: ScoreRequest, settings: EngineSettings, tenant: str | None = None) -> Task:
     """A score task (the candidates are its items) with the query as this card's scorer reads it. The caller
     has checked that the card serves score."""
-    texts = [("query", req.query.text)] + [(f"items.{i}", it.text) for i, it in enumerate(req.items)]
-    check_limits(settings, len(req.items), texts)
+    items = task_items(req.items, settings)
+    query, query_id = clean_text("query.text", req.query.text, settings), req.query.id
+    if query_id is not None:
+        check_item_id("query.id", query_id, settings)
+    instruction = clean_instruction("instruction", req.instruction, settings)
     spec = card.score
     assert spec is not None  # a card that declares 'score' has a score section (card validation)
-    query, instruction, doc_prefix = req.query.text, req.instruction, ""
+    doc_prefix = ""
     if spec.kind == "maxsim":  # query and documents are encoded apart, each with its prefix
         query = (instruction if instruction is not None else card.query_instruction or "") + query
         doc_prefix = card.document_instruction or ""
@@ -89,18 +104,20 @@ def score_task(card: ModelCard, req: ScoreRequest, settings: EngineSettings, ten
         query = instruction + query
     params = ScoreParams(
         query=query,
-        query_id=req.query.id,
+        query_id=query_id,
         document_prefix=doc_prefix,
         instruction=(instruction or spec.instruction) if spec.kind == "yes_no" else "",
         truncate=card.truncate if req.options.truncate is None else req.options.truncate,
         adapter=adapter_for(card, settings, req.options.lora, req.options.profile),
     )
-    q_tokens = estimate_tokens(req.query.text)
+    q_tokens = estimate_tokens(params.query + params.instruction + doc_prefix)
+    est_tokens = sum(q_tokens + estimate_tokens(it.text) for it in items)
+    check_tokens(est_tokens, settings)
     return Task(
         model=card.id,
-        items=_items(req.items),
+        items=items,
         params=params,
-        est_tokens=sum(q_tokens + estimate_tokens(it.text) for it in req.items),
+        est_tokens=est_tokens,
         deadline=time.time() + settings.request_timeout_s,
         tenant=tenant,
     )

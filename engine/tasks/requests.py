@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from engine.errors import InvalidInput
+from engine.tasks.limits import count_before_parsing
 from engine.tasks.task import OUTPUT_DTYPES
 
 UNSUPPORTED_MEDIA = ("images", "image", "audio", "video")
@@ -29,7 +30,7 @@ class EncodeOptions(BaseModel):
 
     is_query: bool | None = None
     normalize: bool | None = None
-    dimensions: int | None = Field(default=None, ge=1)
+    dimensions: StrictInt | None = Field(default=None, ge=1)  # strict: `true` is not 1
     truncate: bool | None = None
     profile: str | None = None
     lora: str | None = None
@@ -84,10 +85,13 @@ def _check_media(items: Any) -> None:
                 raise InvalidInput(f"items.{i}: only text items are supported; images and audio are not")
 
 
-def parse_encode(body: Any) -> EncodeRequest:
-    """Validate an encode body (already decoded from msgpack or JSON) or raise INVALID_INPUT."""
+def parse_encode(body: Any, max_items: int | None = None) -> EncodeRequest:
+    """Validate an encode body (already decoded from msgpack or JSON) or raise INVALID_INPUT; with
+    `max_items`, an over-long item list is 413 before any item is validated."""
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a map with 'items'")
+    if max_items is not None:
+        count_before_parsing(body, "items", max_items)
     _check_media(body.get("items"))
     try:
         req = EncodeRequest.model_validate(body)
@@ -148,10 +152,13 @@ class ScoreRequest(BaseModel):
     options: ScoreOptions = Field(default_factory=ScoreOptions)
 
 
-def parse_score(body: Any) -> ScoreRequest:
-    """Validate a score body or raise INVALID_INPUT; at least one candidate is required."""
+def parse_score(body: Any, max_items: int | None = None) -> ScoreRequest:
+    """Validate a score body or raise INVALID_INPUT; at least one candidate is required (and, with
+    `max_items`, at most that many, counted before any is validated)."""
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a map with 'query' and 'items'")
+    if max_items is not None:
+        count_before_parsing(body, "items", max_items)
     _check_media(body.get("items"))
     _check_media([body.get("query")])
     try:

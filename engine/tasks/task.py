@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.catalogue.cards import TaskKind
 
 OutputType = Literal["dense", "sparse", "multivector"]
-OutputDtype = Literal["float32", "float16", "int8", "binary"]
+OutputDtype = Literal["float32", "float16", "int8", "uint8", "binary", "ubinary"]
 OUTPUT_DTYPES: tuple[str, ...] = get_args(OutputDtype)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from engine.errors import InvalidInput, ShoalError
+from engine.errors import InternalError, InvalidInput, ShoalError
 from engine.model.loaded import LoadedModel
 from engine.queue.protocol import Result
 from engine.tasks.task import Task
@@ -54,6 +54,8 @@ def run_tasks(
                 ready.append((i, handler.prepare(model, tasks[i])))
             except ShoalError as e:
                 outcomes[i] = e
+            except Exception as e:  # noqa: BLE001 - a task its handler cannot even prepare fails alone
+                outcomes[i] = InternalError(f"{kind} task could not be prepared: {type(e).__name__}: {e}")
         prepared = time.perf_counter()
         results = handler.run(
             model,

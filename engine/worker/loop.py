@@ -22,6 +22,7 @@ from engine.residency.manager import ResidencyManager
 from engine.tasks.task import Task
 from engine.worker.batching import BatchLimits
 from engine.worker.dispatch import Outcome, run_tasks
+from engine.worker.isolation import run_isolated
 from engine.worker.oom import run_resilient
 
 log = logging.getLogger("shoal.worker")
@@ -125,14 +126,13 @@ class Worker:
                 def run(tasks: list[Task], tokens: int) -> list[Outcome]:
                     return run_tasks(loaded, tasks, BatchLimits(tokens, profile.max_batch_items), count, now)
 
-                outcomes = await run_resilient(  # out of memory: evict others and retry, then split
-                    run,
-                    [d.task for d in live],
-                    budget,
-                    loaded.max_len,
-                    lambda: self.registry.free_device(model),
-                    self._faults,
-                )
+                async def resilient(tasks: list[Task]) -> list[Outcome]:
+                    return await run_resilient(  # out of memory: evict others and retry, then split
+                        run, tasks, budget, loaded.max_len, lambda: self.registry.free_device(model), self._faults
+                    )
+
+                # a batch that fails as a whole is re-run in parts: only the culprit fails
+                outcomes = await run_isolated(resilient, [d.task for d in live], model)
         except ShoalError as e:
             outcomes = [e] * len(live)
         except torch.OutOfMemoryError as e:

@@ -24,14 +24,19 @@ def truncate_dims(x: torch.Tensor, dims: int | None, full: int) -> torch.Tensor:
 
 
 def quantize(x: npt.NDArray[np.float32], dtype: str) -> npt.NDArray[Any]:
-    """float32 rows -> the requested wire dtype. int8 scales [-1, 1] to [-127, 127]; binary packs sign bits."""
+    """float32 rows -> the requested wire dtype. int8 scales [-1, 1] to [-127, 127]; uint8 maps each row's
+    [min, max] to [0, 255] (as SIE does); binary and ubinary pack the sign bits, 8 dimensions a byte."""
     if dtype == "float32":
         return x.astype(np.float32, copy=False)
     if dtype == "float16":
         return x.astype(np.float16)
     if dtype == "int8":
         return np.clip(np.rint(x * 127.0), -127, 127).astype(np.int8)
-    if dtype == "binary":
+    if dtype == "uint8":
+        low, high = x.min(axis=-1, keepdims=True), x.max(axis=-1, keepdims=True)
+        span = np.where(high > low, high - low, 1.0)
+        return np.rint((x - low) / span * 255.0).astype(np.uint8)
+    if dtype in ("binary", "ubinary"):
         return np.packbits(x > 0, axis=-1)
     raise InvalidInput(f"output_dtype must be one of {list(OUTPUT_DTYPES)}, got {dtype!r}")
 

@@ -14,6 +14,7 @@ from engine.errors import (
     InternalError,
     ModelLoadFailed,
     ModelLoading,
+    ModelUnavailable,
     PayloadTooLarge,
     ResourceExhausted,
     ShoalError,
@@ -26,7 +27,7 @@ from engine.wire import packb
 
 log = logging.getLogger("shoal.nats")
 # errors another attempt (maybe on another worker) can cure; the rest are answered at once
-RETRYABLE = (InternalError, ResourceExhausted, ModelLoadFailed, ModelLoading)
+RETRYABLE = (InternalError, ResourceExhausted, ModelLoadFailed, ModelUnavailable, ModelLoading)
 
 
 class Holder(Protocol):

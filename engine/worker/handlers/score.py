@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from engine.arch.layers import PackedBatch
-from engine.errors import InvalidInput
+from engine.errors import InputTooLong, InvalidInput
 from engine.model.heads import maxsim_scores
 from engine.model.packed import PackedModel
 from engine.model.sequences import Encoded
@@ -33,7 +33,7 @@ def prompts(model: PackedModel, p: ScoreParams, docs: list[str]) -> list[Encoded
     out = []
     for i, body in enumerate(model.tokenizer.plain(bodies)):
         if len(body) > room and not p.truncate:
-            raise InvalidInput(f"item {i} is longer than the model's {model.max_len} tokens and truncation is off")
+            raise InputTooLong(f"item {i} is longer than the model's {model.max_len} tokens and truncation is off")
         out.append(Encoded(prefix + body[:room] + suffix))
     return out
 

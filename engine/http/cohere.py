@@ -1,0 +1,144 @@
+"""Cohere v2 routes: POST /v2/embed and POST /v2/rerank in Cohere's request and response shapes.
+
+`embedding_types` (float, int8, uint8, binary, ubinary, base64) each come from the engine's own output
+dtype: binary is Cohere's signed packing (the packed sign bits minus 128, as int8), ubinary the unsigned
+one, base64 the float32 vector's little-endian bytes. `truncate` NONE refuses an over-long text
+(INPUT_TOO_LONG), END truncates it; START is not supported. Errors answer `{"message", "code"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from engine.errors import InvalidInput, ShoalError
+from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
+from engine.http.rerank import model_query, positive_int, rerank, text_list
+from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
+
+router = APIRouter()
+# Cohere embedding type -> the engine dtype it is made from
+ENGINE_DTYPE = {"float": "float32", "base64": "float32", "int8": "int8", "uint8": "uint8"}
+ENGINE_DTYPE |= {"binary": "ubinary", "ubinary": "ubinary"}
+QUERY_TYPES = {"search_query": True, "search_document": False, "classification": False, "clustering": False}
+
+
+def cohere_error(err: ShoalError) -> dict[str, Any]:
+    """Cohere's error body."""
+    return {"message": err.message, "code": err.code}
+
+
+def meta(**billed: int) -> dict[str, Any]:
+    return {"api_version": {"version": "2"}, "billed_units": billed}
+
+
+def embed_texts(body: dict[str, Any]) -> list[str]:
+    """`texts`, or the text parts of `inputs` ([{content: [{type: text, text}]}]), one text per input."""
+    if "texts" in body:
+        return text_list(body["texts"], "texts")
+    inputs = body.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise InvalidInput("give 'texts' (a list of strings) or 'inputs'; images are not supported")
+    texts = []
+    for i, entry in enumerate(inputs):
+        content = entry.get("content") if isinstance(entry, dict) else None
+        if not isinstance(content, list) or not content:
+            raise InvalidInput(f"inputs.{i} must be an object with a non-empty 'content' list")
+        parts = [c.get("text") for c in content if isinstance(c, dict)]
+        if (
+            len(parts) != len(content)
+            or any(c.get("type") != "text" for c in content)
+            or not all(isinstance(p, str) for p in parts)
+        ):
+            raise InvalidInput(f"inputs.{i}: only text content ({{type: text, text}}) is supported")
+        texts.append("\n".join(p for p in parts if isinstance(p, str)))
+    return texts
+
+
+def embed_params(body: dict[str, Any]) -> tuple[list[str], EncodeOptions]:
+    """(embedding types, encode options) of a v2 embed request."""
+    types = body.get("embedding_types") or ["float"]
+    if not isinstance(types, list) or not all(isinstance(t, str) and t in ENGINE_DTYPE for t in types):
+        raise InvalidInput(f"'embedding_types' must be a list of {sorted(ENGINE_DTYPE)}")
+    input_type = body.get("input_type", "search_document")
+    if input_type not in QUERY_TYPES:
+        raise InvalidInput(f"'input_type' must be one of {sorted(QUERY_TYPES)} (images are not supported)")
+    truncate = body.get("truncate", "END")
+    if truncate not in ("NONE", "END"):
+        raise InvalidInput("'truncate' must be 'NONE' or 'END' (START is not supported)")
+    dims = positive_int(body, "output_dimension")
+    options = EncodeOptions(is_query=QUERY_TYPES[input_type], truncate=truncate == "END", dimensions=dims)
+    return list(dict.fromkeys(types)), options
+
+
+def as_type(values: np.ndarray, kind: str) -> Any:
+    """One vector in Cohere's form for an embedding type."""
+    if kind == "base64":
+        return base64.b64encode(values.astype("<f4").tobytes()).decode()
+    if kind == "binary":
+        return (values.astype(np.int16) - 128).astype(np.int8).tolist()
+    return values.tolist()
+
+
+@router.post("/v2/embed")
+async def embed(request: Request) -> Response:
+    body = await read_body(request)
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object with 'model', 'texts' and 'input_type'")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidInput("'model' is required")
+    name_model(request, model)
+    texts = embed_texts(body)
+    types, options = embed_params(body)
+    engine = engine_of(request)
+    dtypes = list(dict.fromkeys(ENGINE_DTYPE[t] for t in types))
+    items = [Item(text=t) for t in texts]
+
+    async def run(dtype: str) -> dict[str, Any]:
+        params = EncodeRequestParams(output_types=["dense"], output_dtype=dtype, options=options)
+        return await engine.encode_request(model, EncodeRequest(items=items, params=params))
+
+    results = dict(zip(dtypes, await asyncio.gather(*map(run, dtypes)), strict=True))
+    embeddings = {
+        kind: [as_type(np.asarray(it["dense"]["values"]), kind) for it in results[ENGINE_DTYPE[kind]]["items"]]
+        for kind in types
+    }
+    first = results[dtypes[0]]
+    tokens = int(first.get("usage", {}).get("input_tokens", 0))
+    out = {
+        "id": uuid.uuid4().hex,
+        "embeddings": embeddings,
+        "texts": texts,
+        "meta": meta(input_tokens=tokens),
+        "response_type": "embeddings_by_type",
+    }
+    return JSONResponse(out, headers=timing_headers(first.get("timing", {})))
+
+
+@router.post("/v2/rerank")
+async def rerank_v2(request: Request) -> Response:
+    """{model, query, documents, top_n?} -> {id, results: [{index, relevance_score}], meta}."""
+    body = await read_body(request)
+    model, query = model_query(body)
+    texts = text_list(body.get("documents"), "documents")
+    top_n = positive_int(body, "top_n")
+    positive_int(body, "max_tokens_per_doc")  # accepted; the model's own length limit applies
+    ranking = await rerank(engine_of(request), request, model, query, texts)
+    results: list[dict[str, Any]] = []
+    for index, score in ranking.order[:top_n]:
+        entry: dict[str, Any] = {"index": index, "relevance_score": score}
+        if body.get("return_documents", False):
+            entry["document"] = {"text": texts[index]}
+        results.append(entry)
+    out = {"id": uuid.uuid4().hex, "results": results, "meta": meta(search_units=1)}
+    return JSONResponse(out, headers=timing_headers(ranking.timing))
+
+
+FAMILY = RouteFamily(router, ("/v2/embed", "/v2/rerank"), cohere_error)

@@ -1,0 +1,250 @@
+"""TEI routes (text-embeddings-inference): /embed, /embed_sparse, /rerank (with `texts`), /predict, /tokenize,
+GET /info, and POST / (what huggingface_hub's InferenceClient posts: feature extraction and sentence
+similarity), in TEI's request and response shapes.
+
+TEI serves one model; these routes use the body's `model` when it names one (an extension), else
+`EngineSettings.default_model` (embeddings, tokens) or `default_rerank_model` (/rerank, /predict). As
+TEI with `--auto-truncate`, an absent `truncate` truncates; `truncate: false` refuses over-long input.
+Token-id `inputs` are ids of the model's own tokenizer (as in TEI). Errors answer `{"error", "error_type"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from engine.errors import InvalidInput, ShoalError
+from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
+from engine.http.rerank import documents_rerank, model_query, rerank, text_list
+from engine.runtime import AsyncEngine
+from engine.tasks.annotate import check_limits
+from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
+from engine.tasks.token_input import parse_input
+
+router = APIRouter()
+ERROR_TYPES = {"QUEUE_FULL": "Overloaded", "MODEL_LOADING": "Overloaded", "RESOURCE_EXHAUSTED": "Overloaded"}
+ERROR_TYPES |= {"MODEL_LOAD_FAILED": "Backend", "INTERNAL": "Backend", "DEADLINE_EXCEEDED": "Backend"}
+PROMPTS = {"query": True, "document": False, "passage": False}
+
+
+def tei_error(err: ShoalError) -> dict[str, Any]:
+    """TEI's error body; bad input is a Validation error."""
+    return {"error": err.message, "error_type": ERROR_TYPES.get(err.code, "Validation"), "code": err.code}
+
+
+def tei_body(body: Any) -> dict[str, Any]:
+    """The body as one flat map: huggingface_hub may nest the options under `parameters`."""
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object with 'inputs'")
+    params = body.get("parameters")
+    return {**params, **body} if isinstance(params, dict) else body
+
+
+def flag(body: dict[str, Any], key: str) -> bool | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise InvalidInput(f"'{key}' must be true or false")
+    return value
+
+
+def encode_options(body: dict[str, Any]) -> EncodeOptions:
+    """normalize, truncate, truncation_direction, prompt_name and dimensions as encode options."""
+    if body.get("truncation_direction", "Right") != "Right":
+        raise InvalidInput("'truncation_direction' must be 'Right' (Left is not supported)")
+    prompt = body.get("prompt_name")
+    if prompt is not None and prompt not in PROMPTS:
+        raise InvalidInput(f"'prompt_name' must be one of {sorted(PROMPTS)}")
+    dims = body.get("dimensions")
+    if dims is not None and (not isinstance(dims, int) or isinstance(dims, bool) or dims < 1):
+        raise InvalidInput("'dimensions' must be a positive integer")
+    return EncodeOptions(
+        is_query=PROMPTS[prompt] if prompt is not None else None,
+        normalize=flag(body, "normalize"),
+        truncate=flag(body, "truncate"),
+        dimensions=dims,
+    )
+
+
+async def texts_of(engine: AsyncEngine, model: str, value: Any) -> list[str]:
+    """`inputs` as texts: strings as they are, token-id arrays decoded with the model's tokenizer."""
+    parsed = parse_input(value)
+    if parsed and isinstance(parsed[0], str):
+        return [t for t in parsed if isinstance(t, str)]
+    return await engine.detokenize(model, [a for a in parsed if isinstance(a, list)])
+
+
+def model_of(request: Request, body: dict[str, Any], default: str) -> str:
+    model = body.get("model", default)
+    if not isinstance(model, str) or not model:
+        raise InvalidInput("'model' must be a model id")
+    name_model(request, model)
+    return model
+
+
+async def encode(request: Request, body: dict[str, Any], output: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Encode `inputs` for one output type; (wire items, native result)."""
+    engine = engine_of(request)
+    model = model_of(request, body, engine.settings.default_model)
+    texts = await texts_of(engine, model, body.get("inputs"))
+    params = EncodeRequestParams(output_types=[output], options=encode_options(body))
+    result = await engine.encode_request(model, EncodeRequest(items=[Item(text=t) for t in texts], params=params))
+    return result["items"], result
+
+
+def reply(content: Any, result: dict[str, Any]) -> JSONResponse:
+    return JSONResponse(content, headers=timing_headers(result.get("timing", {})))
+
+
+@router.post("/embed")
+async def embed(request: Request) -> Response:
+    """{inputs, normalize?, truncate?, prompt_name?, dimensions?} -> [[float]]."""
+    items, result = await encode(request, tei_body(await read_body(request)), "dense")
+    return reply([np.asarray(it["dense"]["values"], dtype=np.float32).tolist() for it in items], result)
+
+
+@router.post("/embed_sparse")
+async def embed_sparse(request: Request) -> Response:
+    """{inputs, truncate?} -> [[{index, value}]] (a sparse model, e.g. SPLADE)."""
+    items, result = await encode(request, tei_body(await read_body(request)), "sparse")
+    out = [
+        [
+            {"index": int(i), "value": float(v)}
+            for i, v in zip(it["sparse"]["indices"], it["sparse"]["values"], strict=True)
+        ]
+        for it in items
+    ]
+    return reply(out, result)
+
+
+def raw(score: float, engine: AsyncEngine, model: str) -> float:
+    """The logit behind a sigmoid score (TEI's raw_scores); scores of cards without sigmoid are raw already."""
+    spec = engine.card(model).score
+    if spec is None or spec.activation != "sigmoid":
+        return score
+    p = min(max(score, 1e-12), 1 - 1e-7)
+    return math.log(p) - math.log1p(-p)
+
+
+@router.post("/rerank")
+async def rerank_route(request: Request) -> Response:
+    """TEI's {query, texts, truncate?, raw_scores?, return_text?} -> [{index, score, text?}]; with
+    `documents` instead, the /v1/rerank shape (engine.http.rerank)."""
+    body = await read_body(request)
+    if isinstance(body, dict) and "texts" not in body and "documents" in body:
+        return await documents_rerank(request, body)
+    engine = engine_of(request)
+    model, query = model_query(body, engine.settings.default_rerank_model)
+    texts = text_list(body.get("texts"), "texts")
+    raw_scores = flag(body, "raw_scores")
+    ranking = await rerank(engine, request, model, query, texts, flag(body, "truncate"))
+    out = []
+    for index, score in ranking.order:
+        entry: dict[str, Any] = {"index": index, "score": raw(score, engine, model) if raw_scores else score}
+        if flag(body, "return_text"):
+            entry["text"] = texts[index]
+        out.append(entry)
+    return JSONResponse(out, headers=timing_headers(ranking.timing))
+
+
+def pairs_of(value: Any) -> tuple[list[tuple[str, str]], bool]:
+    """(pairs, batch?) of /predict `inputs`: a [text, text_pair] pair or a list of them."""
+    is_pair = isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
+    if is_pair:
+        return [(value[0], value[1])], False
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, str) for v in p) for p in value)
+    ):
+        return [(p[0], p[1]) for p in value], True
+    raise InvalidInput("'inputs' must be a [text, text_pair] pair or a list of pairs (rerankers score pairs)")
+
+
+@router.post("/predict")
+async def predict(request: Request) -> Response:
+    """{inputs: [text, pair] | [[text, pair]], raw_scores?, truncate?} -> [{score, label}] (per pair)."""
+    body = tei_body(await read_body(request))
+    engine = engine_of(request)
+    model = model_of(request, body, engine.settings.default_rerank_model)
+    pairs, batch = pairs_of(body.get("inputs"))
+    check_limits(engine.settings, len(pairs), [])
+    raw_scores, truncate = flag(body, "raw_scores"), flag(body, "truncate")
+    rankings = await asyncio.gather(*(rerank(engine, request, model, q, [d], truncate) for q, d in pairs))
+    preds = [
+        [{"score": raw(r.order[0][1], engine, model) if raw_scores else r.order[0][1], "label": "LABEL_0"}]
+        for r in rankings
+    ]
+    return JSONResponse(preds if batch else preds[0])
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request) -> Response:
+    """{inputs: str | [str], add_special_tokens?} -> [[{id, text, special, start, stop}]]."""
+    body = tei_body(await read_body(request))
+    engine = engine_of(request)
+    model = model_of(request, body, engine.settings.default_model)
+    value = body.get("inputs")
+    texts = [value] if isinstance(value, str) else text_list(value, "inputs")
+    check_limits(engine.settings, len(texts), [(f"inputs.{i}", t) for i, t in enumerate(texts)])
+    special = flag(body, "add_special_tokens")
+    tok = (await engine.tokenizer(model)).tokenizer
+    encodings = tok.encode_batch(texts, add_special_tokens=special is not False)
+    out = [
+        [
+            {"id": i, "text": t, "special": bool(s), "start": a if not s else None, "stop": b if not s else None}
+            for i, t, s, (a, b) in zip(enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets, strict=True)
+        ]
+        for enc in encodings
+    ]
+    return JSONResponse(out)
+
+
+@router.get("/info")
+async def info(request: Request) -> dict[str, Any]:
+    """TEI's /info for the default model, with this server's limits (clients read max_client_batch_size)."""
+    engine = engine_of(request)
+    card = engine.card(engine.settings.default_model)
+    kind = {"embedding": {"pooling": card.pooling}} if "encode" in card.tasks else {"reranker": {}}
+    profile = card.profile(None)
+    return {
+        "model_id": card.id,
+        "model_sha": None,
+        "model_dtype": profile.dtype,
+        "model_type": kind,
+        "max_concurrent_requests": engine.settings.queue_pending_limit,
+        "max_input_length": card.max_seq_len,
+        "max_batch_tokens": engine.settings.max_batch_tokens or profile.max_batch_tokens,
+        "max_batch_requests": None,
+        "max_client_batch_size": engine.settings.max_items,
+        "auto_truncate": card.truncate,
+        "tokenization_workers": 1,
+        "version": "shoal",
+        "sha": None,
+        "docker_label": None,
+    }
+
+
+@router.post("/")
+async def root(request: Request) -> Response:
+    """huggingface_hub's InferenceClient: {inputs: {source_sentence, sentences}} -> similarity scores;
+    any other `inputs` -> feature extraction ([[float]])."""
+    body = tei_body(await read_body(request))
+    value = body.get("inputs")
+    if not isinstance(value, dict):
+        items, result = await encode(request, body, "dense")
+        return reply([np.asarray(it["dense"]["values"], dtype=np.float32).tolist() for it in items], result)
+    source, sentences = value.get("source_sentence"), value.get("sentences")
+    if not isinstance(source, str):
+        raise InvalidInput("inputs.source_sentence must be a string")
+    others = text_list(sentences, "inputs.sentences")
+    items, result = await encode(request, {**body, "inputs": [source, *others], "normalize": True}, "dense")
+    vecs = np.stack([np.asarray(it["dense"]["values"], dtype=np.float32) for it in items])
+    return reply([float(s) for s in vecs[1:] @ vecs[0]], result)
+
+
+FAMILY = RouteFamily(router, ("/embed", "/embed_sparse", "/rerank", "/predict", "/tokenize", "/info", "/"), tei_error)
