@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -45,6 +44,8 @@ def mcp_command(
     log_level: Annotated[str, typer.Option(help="uvicorn log level (http)")] = "warning",
 ) -> None:
     """Serve the agent tools (classify_taxonomy, filter_context, rerank, search, embed) over MCP."""
+    import asyncio
+
     from agent_tools.config import ToolSettings
     from agent_tools.mcp_server import serve_http, serve_stdio
 

@@ -39,14 +39,16 @@ def tools_router(client: Any, settings: ToolSettings | None = None, context: Too
 
         return {"object": "list", "tools": [t.openai() for t in TOOLS.values()]}
 
-    @router.post("/v1/tools/{name}")
+    @router.post("/v1/tools/{name}", openapi_extra=arguments_body())
     async def call_tool(name: str, request: Request) -> JSONResponse:
         """Run a tool; the body is its arguments as a JSON object (what the model put in `arguments`)."""
+        from agent_tools.tools import call_tool as run_tool
+
         try:
             s = ctx.settings
             limits = BodyLimits(TOOL_DEPTH, max(65_536, s.max_texts, s.max_taxonomy_nodes))
             arguments = await read_json(request, s.max_body_bytes, limits)
-            return JSONResponse(await ctx.call(name, arguments))
+            return JSONResponse(await run_tool(ctx, name, arguments))
         except ShoalError as e:
             return error_response(e)
         except Exception as e:  # noqa: BLE001 - a typed 500; the server keeps running
@@ -54,6 +56,18 @@ def tools_router(client: Any, settings: ToolSettings | None = None, context: Too
             return error_response(ShoalError(f"{name}: {type(e).__name__}: {e}"))
 
     return router
+
+
+def arguments_body() -> dict[str, Any]:
+    """The OpenAPI request body of POST /v1/tools/{name}: one of the tools' argument objects."""
+    from agent_tools.tools import TOOLS
+
+    schemas = []
+    for t in TOOLS.values():
+        fn = t.openai()["function"]
+        schemas.append({"title": fn["name"], **fn["parameters"]})
+    schema = {"description": "the named tool's arguments (GET /v1/tools lists each tool's schema)", "oneOf": schemas}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 async def read_json(request: Request, limit: int, limits: BodyLimits | None = None) -> Any:

@@ -84,6 +84,12 @@ class InternalError(ShoalError):
     code, status = "INTERNAL", 500
 
 
+class Unreachable(ShoalError):
+    """Client side: the server did not answer (refused, timed out, name unknown); never sent by a server."""
+
+    code, status, retry_after = "UNREACHABLE", 503, 1.0
+
+
 ERRORS_BY_CODE: dict[str, type[ShoalError]] = {
     cls.code: cls
     for cls in (
@@ -102,6 +108,7 @@ ERRORS_BY_CODE: dict[str, type[ShoalError]] = {
         ResourceExhausted,
         DeadlineExceeded,
         InternalError,
+        Unreachable,
     )
 }
 

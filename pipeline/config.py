@@ -20,9 +20,15 @@ DEFAULT_INCLUDE = ["**/*.pdf", "**/*.md", "**/*.markdown", "**/*.html", "**/*.ht
 
 
 class ConfigError(ValueError):
-    """A config a user wrote that cannot run; raised before any work starts."""
+    """A config (or path) a user gave that cannot run; raised before any work starts. One line."""
 
     code = "INVALID_CONFIG"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
 
 
 class SourceConfig(BaseModel):
@@ -166,4 +172,13 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> PipelineCon
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(f"invalid pipeline config{f' {path}' if path else ''}:\n{e}") from e
+        raise ConfigError(f"invalid pipeline config{f' {path}' if path else ''}: {validation_summary(e)}") from e
+
+
+def validation_summary(e: ValidationError) -> str:
+    """A pydantic error as one line: `where: what` per problem."""
+    parts = []
+    for err in e.errors():
+        where = ".".join(str(x) for x in err.get("loc", ())) or "config"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)

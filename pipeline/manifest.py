@@ -217,3 +217,34 @@ class Manifest:
                 )
             ]
         )
+
+    # -- listings and removal (shoal collections / sources / forget / delete) ----------------------
+
+    def source_rows(self, collection: str) -> list[dict[str, Any]]:
+        """Every recorded source of a collection: path, root, rel, status, error, chunks, updated_at."""
+        sql = "SELECT path, root, rel, status, error, chunks, updated_at FROM sources WHERE collection = ?"
+        keys = ("path", "root", "rel", "status", "error", "chunks", "updated_at")
+        return [dict(zip(keys, r, strict=True)) for r in self._rows(sql + " ORDER BY root, rel", (collection,))]
+
+    def last_runs(self, collection: str) -> list[dict[str, Any]]:
+        """The last run of each root of a collection: root, started, finished, status."""
+        sql = (
+            "SELECT root, started, finished, status FROM runs WHERE id IN "
+            "(SELECT max(id) FROM runs WHERE collection = ? GROUP BY root) ORDER BY root"
+        )
+        keys = ("root", "started", "finished", "status")
+        return [dict(zip(keys, r, strict=True)) for r in self._rows(sql, (collection,))]
+
+    def forget_root(self, collection: str, root: str) -> None:
+        """Stop tracking a root: its record, its sources' records and its runs."""
+        self._tx(
+            [
+                (f"DELETE FROM {t} WHERE collection = ? AND root = ?", (collection, root))
+                for t in ("roots", "sources", "runs")
+            ]
+        )
+
+    def drop(self, collection: str) -> None:
+        """Every record of a collection."""
+        tables = ("roots", "sources", "runs", "collections")
+        self._tx([(f"DELETE FROM {t} WHERE collection = ?", (collection,)) for t in tables])

@@ -182,3 +182,40 @@ class StoreManifest:
             runs = self.table.scan("run", collection)
             old = sorted(runs, key=lambda k: runs[k]["started"])[:-KEEP_RUNS]
             self.table.delete(old)
+
+    # -- listings and removal (shoal collections / sources / forget / delete) ----------------------
+
+    def source_rows(self, collection: str) -> list[dict[str, Any]]:
+        """Every recorded source of a collection: path, root, rel, status, error, chunks, updated_at."""
+        with self._mu:
+            docs = self.table.scan("source", collection)
+        keys = ("path", "root", "rel", "status", "error", "chunks", "updated_at")
+        rows = [{k: d.get(k) for k in keys} for d in docs.values()]
+        for r in rows:
+            r["chunks"] = r["chunks"] or 0
+        return sorted(rows, key=lambda r: (r["root"] or "", r["rel"] or ""))
+
+    def last_runs(self, collection: str) -> list[dict[str, Any]]:
+        """The last run of each root of a collection: root, started, finished, status."""
+        with self._mu:
+            runs = self.table.scan("run", collection)
+        last: dict[str, dict[str, Any]] = {}
+        for d in sorted(runs.values(), key=lambda d: d["started"]):
+            last[d["root"]] = {k: d.get(k) for k in ("root", "started", "finished", "status")}
+        return [last[r] for r in sorted(last)]
+
+    def forget_root(self, collection: str, root: str) -> None:
+        """Stop tracking a root: its record, its sources' records and its runs."""
+        with self._mu:
+            keys = [_key("root", collection, root)]
+            keys += list(self.table.scan("source", collection, root))
+            keys += [k for k, d in self.table.scan("run", collection).items() if d.get("root") == root]
+            self.table.delete(keys)
+
+    def drop(self, collection: str) -> None:
+        """Every record of a collection."""
+        with self._mu:
+            keys = [_key("collection", collection)]
+            for kind in ("root", "source", "run"):
+                keys += list(self.table.scan(kind, collection))
+            self.table.delete(keys)

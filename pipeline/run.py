@@ -19,7 +19,8 @@ from pipeline.config import ConfigError, PipelineConfig, load_config
 from pipeline.enrich import Enricher
 from pipeline.manifest import Manifest, SourceRecord
 from pipeline.parsers import Document, ParseError, parse
-from pipeline.sources import SourceError, SourceFile, read_source, walk
+from pipeline.roots import check_root, walk_root
+from pipeline.sources import SourceError, SourceFile, read_source
 from pipeline.summary import FileIssue, IngestSummary, StageClock
 
 
@@ -55,6 +56,10 @@ class ManifestLike(Protocol):
     def roots(self, collection: str | None = None) -> list[tuple[str, str, dict[str, Any]]]: ...
     def collection_config(self, collection: str) -> dict[str, Any] | None: ...
     def record_run(self, collection: str, root: str, started: float, status: str, summary: dict[str, Any]) -> None: ...
+    def source_rows(self, collection: str) -> list[dict[str, Any]]: ...
+    def last_runs(self, collection: str) -> list[dict[str, Any]]: ...
+    def forget_root(self, collection: str, root: str) -> None: ...
+    def drop(self, collection: str) -> None: ...
 
 
 def manifest_for(store: VectorStore, state: str | None = None) -> ManifestLike:
@@ -89,7 +94,7 @@ class IngestRun:
     """One ingest of one root into one collection; `await run()` returns the summary."""
 
     def __init__(self, root: Path, cfg: PipelineConfig, client: Any, progress: Progress | None) -> None:
-        self.root = root.expanduser().resolve()
+        self.root = check_root(root)  # a missing or unusable path fails here: no store or manifest is touched
         self.cfg = cfg
         self.store = open_store(cfg.db)
         try:
@@ -151,7 +156,7 @@ class IngestRun:
         return self.s
 
     async def _run(self) -> None:
-        w = await asyncio.to_thread(walk, self.root, self.cfg.source)
+        w = await asyncio.to_thread(walk_root, self.root, self.cfg.source)
         self.s.walk_complete = w.complete
         self.s.files_seen = len(w.files)
         self.s.files_refused = [FileIssue(path=p, reason=r) for p, r in w.skipped]
@@ -321,8 +326,9 @@ class IngestRun:
 async def ingest_async(
     path: Path | str, config: PipelineConfig | None = None, *, client: Any = None, progress: Progress | None = None
 ) -> IngestSummary:
-    """Ingest one folder; `client` is any shoal client (default: an in-process engine started here)."""
+    """Ingest one folder or file; `client` is any shoal client (default: an in-process engine started here)."""
     cfg = config or PipelineConfig()
+    check_root(Path(path))  # before a client (and its models) is started for nothing
     owned = client is None
     client = client if client is not None else open_client(cfg)
     try:

@@ -10,24 +10,27 @@ import numpy as np
 
 from connectors.base import Hit, SearchMode, SearchRequest, StoreError, VectorStore
 from connectors.filters import FilterError, check_fields, parse
-from connectors.registry import open_store, url_collection
+from connectors.registry import url_collection
 from pipeline.config import DEFAULT_DB, ConfigError, PipelineConfig
 from pipeline.enrich import Enricher
-from pipeline.run import manifest_for, open_client
+from pipeline.run import open_client
+from pipeline.stores import open_existing, read_manifest
 
 MODES = ("hybrid", "dense", "text", "sparse", "multivector")
 
 
 def collection_config(store: VectorStore, collection: str, state: str | None = None) -> PipelineConfig:
-    """The config a collection was last ingested with (its models, steps and entity labels)."""
-    manifest = manifest_for(store, state)
+    """The config a collection was last ingested with (its models, steps and entity labels); reads only."""
+    manifest = read_manifest(store, state)
     try:
-        saved = manifest.collection_config(collection)
+        saved = manifest.collection_config(collection) if manifest is not None else None
     finally:
-        manifest.close()
+        if manifest is not None:
+            manifest.close()
     if saved is None:
         raise ConfigError(
-            f"no collection {collection!r} has been ingested into {store.uri}; run `shoal ingest PATH` first"
+            f"no collection {collection!r} has been ingested into {store.uri}; run `shoal ingest PATH` first",
+            code="NO_COLLECTION",
         )
     return PipelineConfig.model_validate({**saved, "db": store.uri, "collection": collection})
 
@@ -62,7 +65,7 @@ async def search_async(
     if mode not in MODES:
         raise ConfigError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
     coll = collection or url_collection(db) or "chunks"
-    store = open_store(db)
+    store = open_existing(db)  # searching never creates a store or a manifest
     try:
         cfg = collection_config(store, coll, state)
         flt = check_where(cfg, where)

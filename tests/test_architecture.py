@@ -186,3 +186,27 @@ def test_import_shoal_stays_light() -> None:
     code += "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+HEAVY = ("torch", "transformers", "lancedb", "pyarrow", "numpy", "pandas", "fastapi", "httpx", "rich")
+HELP_CHECK = """
+import sys
+from shoal.cli import app
+import typer.main
+names = sorted(typer.main.get_command(app).commands)
+for args in [["--help"], *[[name, "--help"] for name in names]]:
+    try:
+        app(args)
+    except SystemExit as e:
+        assert e.code == 0, (args, e.code)
+print("LOADED", sorted(m for m in HEAVY if m in sys.modules), len(names))
+"""
+
+
+def test_cli_help_stays_light() -> None:
+    """`shoal --help` and every `shoal CMD --help` import no torch, no store driver, no numpy or rich."""
+    code = f"HEAVY = {HEAVY!r}\n" + HELP_CHECK
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    loaded = out.stdout.strip().splitlines()[-1]
+    assert loaded.startswith("LOADED [] "), loaded + out.stderr[-2000:]
+    assert int(loaded.split()[-1]) >= 14, "every command was asked for its help"

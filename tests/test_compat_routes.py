@@ -254,6 +254,7 @@ def test_bad_input_on_every_route(srv: LiveServer, route: str, name: str, body: 
 
 
 def test_root_route_does_not_shadow_others(srv: LiveServer) -> None:
-    """GET / and unknown paths are not swallowed by the TEI root route."""
-    assert httpx.get(f"{srv.url}/").status_code == 405
+    """GET / (the web console's page) and unknown paths are not swallowed by the TEI root route (POST /)."""
+    page = httpx.get(f"{srv.url}/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert httpx.post(f"{srv.url}/nothing", json={}).status_code == 404

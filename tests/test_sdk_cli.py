@@ -67,7 +67,7 @@ def test_cli_encode_in_process_and_over_http(server: LiveServer, engine: shoal.E
     assert remote.returncode == 0, remote.stderr
     assert [json.loads(x)["text"] for x in remote.stdout.strip().splitlines()] == ["from stdin", "second line"]
     bad = run_cli("encode", "x", "--model", "nobody/nothing")
-    assert bad.returncode == 1 and "MODEL_NOT_FOUND" in bad.stdout
+    assert bad.returncode == 1 and bad.stderr.startswith("MODEL_NOT_FOUND: ") and bad.stdout == ""
 
 
 def test_cli_models_and_help() -> None:

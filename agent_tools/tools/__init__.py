@@ -6,8 +6,10 @@ texts and labels, and a function that calls the SDK's `extract` through the back
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent_tools.errors import ToolNotFound
-from agent_tools.registry import Tool
+from agent_tools.registry import Tool, ToolContext
 from agent_tools.tools.classify_taxonomy import classify_taxonomy
 from agent_tools.tools.embed import embed
 from agent_tools.tools.extract_entities import extract_entities
@@ -21,7 +23,15 @@ TOOLS: dict[str, Tool] = {
 
 
 def get_tool(name: str) -> Tool:
+    """The tool named `name`; TOOL_NOT_FOUND listing the tools otherwise."""
     try:
         return TOOLS[name]
     except KeyError:
         raise ToolNotFound(f"no tool named {name!r}; the tools are {', '.join(TOOLS)}") from None
+
+
+async def call_tool(ctx: ToolContext, name: str, arguments: Any) -> dict[str, Any]:
+    """Validate and run one tool call in a context (the HTTP router, the MCP server and the functions all
+    call tools through here)."""
+    t = get_tool(name)
+    return await t.run(ctx, t.parse(arguments))

@@ -19,7 +19,7 @@ class ExtractEntitiesInput(BaseModel):
         min_length=1, description="texts to extract from; long texts are read whole, in overlapping windows"
     )
     labels: list[Label] = Field(
-        min_length=1, max_length=128, description="entity types to find, e.g. person, organisation, date, amount"
+        min_length=1, max_length=256, description="entity types to find, e.g. person, organisation, date, amount"
     )
     threshold: float | None = Field(None, ge=0, le=1, description="minimum score kept (default: the model's, 0.5)")
     model: str | None = Field(None, description="GLiNER model; default: the server's extraction model")

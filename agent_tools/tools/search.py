@@ -55,7 +55,7 @@ async def search(ctx: ToolContext, args: SearchInput) -> dict[str, Any]:
             client=ctx.client,
         )
     except ConfigError as e:
-        if str(e).startswith("no collection"):
+        if str(e).startswith("no collection") or getattr(e, "code", "") in ("NO_STORE", "NO_COLLECTION"):
             raise CollectionNotFound(str(e)) from None
         raise InvalidInput(str(e)) from None
     except StoreError as e:

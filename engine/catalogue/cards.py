@@ -34,7 +34,10 @@ class Profile(BaseModel):
 
     max_batch_tokens: int = 8192
     max_batch_items: int = 256
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    dtype: Literal["float32", "float16", "bfloat16", "int8"] = Field(
+        default="float32",
+        description="precision; int8 quantises the linear layers (CPU). See engine/model/precision.py",
+    )
     lora: str | None = Field(
         default=None, description="LoRA adapter (a name in the card's `loras`) this profile applies"
     )

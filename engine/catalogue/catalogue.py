@@ -16,13 +16,14 @@ from engine.catalogue.inference import infer_card
 from engine.errors import InvalidInput, ModelLoadFailed, ModelNotFound
 
 CATALOGUE_DIR = Path(__file__).parent / "models"
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: 10x faster
 FOLDER_CARDS = 1024  # cards inferred from folders kept (LRU); an evicted one is inferred again when asked for
 
 
 def load_card_file(path: Path) -> ModelCard:
     """Parse and validate one YAML card."""
     try:
-        return ModelCard.model_validate(yaml.safe_load(path.read_text()))
+        return ModelCard.model_validate(yaml.load(path.read_text(), Loader=YAML_LOADER))
     except (ValidationError, yaml.YAMLError) as e:
         raise ModelLoadFailed(f"invalid model card {path}: {e}") from e
 

@@ -111,6 +111,8 @@ def infer_card(folder: Path, model_id: str) -> ModelCard:
 
 
 def _infer(folder: Path, model_id: str) -> ModelCard:
+    if (folder / "gliner_config.json").is_file():
+        return gliner_card(folder, model_id)
     config = read_json(folder / "config.json", f"{model_id!r}: config.json")
     if not isinstance(config, dict):
         raise ModelLoadFailed(f"{model_id!r} has no config.json; it is not a transformers checkpoint")

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 
 from engine.client.calls import ModelCalls
-from engine.errors import InternalError, ShoalError, error_from_code
+from engine.errors import InternalError, ShoalError, Unreachable, error_from_code
 from engine.wire import JSON, MSGPACK, decode_body, dumps_json, packb
 
 
@@ -48,7 +48,8 @@ class AsyncClient(ModelCalls):
         max_items: int | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout, headers=headers)
+        self.url = url.rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, headers=headers)
         self._json = use_json
         self._cap = max_items
 
@@ -63,11 +64,20 @@ class AsyncClient(ModelCalls):
             self._cap = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else FALLBACK_ITEM_CAP
         return self._cap
 
+    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request; a server that does not answer is a typed Unreachable error (one line, no chain)."""
+        try:
+            r = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            why = str(e) or type(e).__name__
+            raise Unreachable(f"cannot reach a shoal server at {self.url}: {why}") from None
+        raise_for_error(r)
+        return r
+
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         media = JSON if self._json else MSGPACK
         content = dumps_json(body) if self._json else packb(body)
-        r = await self._http.post(path, content=content, headers={"Content-Type": media, "Accept": media})
-        raise_for_error(r)
+        r = await self._send("POST", path, content=content, headers={"Content-Type": media, "Accept": media})
         return decode_body(r.content, r.headers.get("content-type"))
 
     async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
@@ -80,8 +90,7 @@ class AsyncClient(ModelCalls):
         return await self._post(f"/v1/extract/{model}", body)
 
     async def models(self) -> list[dict[str, Any]]:
-        r = await self._http.get("/v1/models", headers={"Accept": JSON})
-        raise_for_error(r)
+        r = await self._send("GET", "/v1/models", headers={"Accept": JSON})
         return r.json()["models"]
 
     async def close(self) -> None:

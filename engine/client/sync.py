@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from engine.client.calls import EncodeResult, ExtractResult, Item, ModelCalls, ScoreResult
 from engine.client.http import AsyncClient
+from engine.errors import ShoalError
 
 T = TypeVar("T")
 C = TypeVar("C", bound=ModelCalls)
@@ -23,7 +24,12 @@ class LoopThread:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        """The coroutine's result; a ShoalError is raised here with the loop thread's frames left out, so a
+        script that does not catch it shows the caller's lines and the one-line message."""
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        except ShoalError as e:
+            raise e.with_traceback(None) from None
 
     def stop(self) -> None:
         if self.loop.is_running():

@@ -1,5 +1,5 @@
 """The HTTP app: the edge middleware (engine.http.edge), CORS when configured, health and metrics routes,
-and the route families.
+the route families, the web console at / and the offline /docs.
 
 A route family is one module with a router (engine.http.native, .openai, .rerank, .cohere, .tei); adding
 one is a new module and one entry in FAMILIES. `create_app` raises AuthConfigError for a key configuration
@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import ShoalError
-from engine.http import cohere, native, openai, rerank, tei
+from engine.http import cohere, console, docs, native, openai, rerank, status, tei
 from engine.http.auth import auth_from
 from engine.http.edge import Edge
 from engine.http.redact import scrub_body, scrubber
@@ -25,7 +25,9 @@ from engine.http.replies import RouteFamily, error_response, native_error
 from engine.metrics import QUEUE_DEPTH
 from engine.runtime import AsyncEngine
 
-FAMILIES: tuple[RouteFamily, ...] = (native.FAMILY, openai.FAMILY, rerank.FAMILY, cohere.FAMILY, tei.FAMILY)
+FAMILIES: tuple[RouteFamily, ...] = (
+    native.FAMILY, openai.FAMILY, rerank.FAMILY, cohere.FAMILY, tei.FAMILY, status.FAMILY, console.FAMILY,
+)  # fmt: skip
 
 
 def create_app(engine: AsyncEngine) -> FastAPI:
@@ -45,7 +47,8 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         yield
         await engine.close()
 
-    app = FastAPI(title="shoal", version="0.1.0", lifespan=lifespan)
+    # /docs and /redoc come from engine.http.docs (assets from a package, not a CDN)
+    app = FastAPI(title="shoal", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine = engine
     app.add_middleware(
         Edge,
@@ -54,6 +57,7 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         catalogue=engine.catalogue,
         respond=error_for,
         scrub=None if settings.local_models else scrub,
+        public=console.is_public,  # the console's page and assets (never data) need no key
     )
     if settings.cors_origins:  # outside the edge: preflight requests carry no key
         from starlette.middleware.cors import CORSMiddleware
@@ -78,6 +82,7 @@ def create_app(engine: AsyncEngine) -> FastAPI:
 
     for family in FAMILIES:
         app.include_router(family.router)
+    app.include_router(docs.router)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput, ShoalError
+from engine.http.bodies import CohereEmbedBody, CohereRerankBody, request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
 from engine.http.rerank import model_query, positive_int, rerank, text_list
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
@@ -86,7 +87,7 @@ def as_type(values: np.ndarray, kind: str) -> Any:
     return values.tolist()
 
 
-@router.post("/v2/embed")
+@router.post("/v2/embed", openapi_extra=request_body(CohereEmbedBody, msgpack=False))
 async def embed(request: Request) -> Response:
     body = await read_body(request)
     if not isinstance(body, dict):
@@ -122,7 +123,7 @@ async def embed(request: Request) -> Response:
     return JSONResponse(out, headers=timing_headers(first.get("timing", {})))
 
 
-@router.post("/v2/rerank")
+@router.post("/v2/rerank", openapi_extra=request_body(CohereRerankBody, msgpack=False))
 async def rerank_v2(request: Request) -> Response:
     """{model, query, documents, top_n?} -> {id, results: [{index, relevance_score}], meta}."""
     body = await read_body(request)

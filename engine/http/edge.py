@@ -37,9 +37,10 @@ from engine.metrics import LATENCY, REQUESTS
 log = logging.getLogger("shoal.http")
 HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 ENDPOINTS = frozenset({"encode", "score", "extract", "embeddings", "rerank", "models", "tools", "embed"})
-ENDPOINTS |= {"embed_sparse", "predict", "tokenize", "info"}
+ENDPOINTS |= {"embed_sparse", "predict", "tokenize", "info", "status", "search"}
 CLIENT_CLOSED = "499"  # the code label of a request whose client hung up before its answer
 Respond = Callable[[str, ShoalError], Response]  # (path, error) -> the route family's error response
+Public = Callable[[str, str], bool]  # (method, path) -> True for a request no key guards
 
 
 def endpoint_label(path: str) -> str:
@@ -74,6 +75,7 @@ class Edge:
         catalogue: Catalogue,
         respond: Respond,
         scrub: Scrub | None = None,
+        public: Public | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
@@ -81,6 +83,7 @@ class Edge:
         self.catalogue = catalogue
         self.respond = respond
         self.scrub = scrub  # applied to every error body a route sends (None: bodies pass unchanged)
+        self.public = public  # requests that need no key (the console's static files), limits still apply
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in HEALTH_PATHS:
@@ -116,7 +119,7 @@ class Edge:
             token = bearer(scope["headers"])
             if token is None or auth.metrics_keys.match(token) is None:
                 raise Unauthorized("/metrics needs 'Authorization: Bearer <metrics key>'")
-        elif auth.keys is not None:
+        elif auth.keys is not None and not (self.public and self.public(scope["method"], path)):
             if key_in_query(scope.get("query_string", b"")):
                 raise Unauthorized(
                     "API keys in the URL are refused (URLs end up in logs); send 'Authorization: Bearer <key>'"

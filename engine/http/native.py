@@ -7,8 +7,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from engine.http.bodies import request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, native_reply, read_body
-from engine.tasks.limits import count_before_parsing
+from engine.tasks.extract import ExtractRequest
+from engine.tasks.requests import EncodeRequest, ScoreRequest
 
 STARTED = int(time.time())  # OpenAI's `created` for every model: when this server started
 
@@ -21,24 +23,21 @@ def openai_model(info: dict[str, Any]) -> dict[str, Any]:
 router = APIRouter()
 
 
-@router.post("/v1/encode/{model:path}")
+@router.post("/v1/encode/{model:path}", openapi_extra=request_body(EncodeRequest))
 async def encode(model: str, request: Request) -> Response:
     name_model(request, model)
     return await native_reply(request, await engine_of(request).encode_body(model, await read_body(request)))
 
 
-@router.post("/v1/extract/{model:path}")
+@router.post("/v1/extract/{model:path}", openapi_extra=request_body(ExtractRequest))
 async def extract(model: str, request: Request) -> Response:
     """Entities (GLiNER) or classifications (NLI, embeddings) of each item; 404 unknown model, 400 one that
-    cannot extract. The item count is checked before any item is parsed."""
+    cannot extract."""
     name_model(request, model)
-    body = await read_body(request)
-    engine = engine_of(request)
-    count_before_parsing(body, "items", engine.settings.max_items)
-    return await native_reply(request, await engine.extract_body(model, body))
+    return await native_reply(request, await engine_of(request).extract_body(model, await read_body(request)))
 
 
-@router.post("/v1/score/{model:path}")
+@router.post("/v1/score/{model:path}", openapi_extra=request_body(ScoreRequest))
 async def score(model: str, request: Request) -> Response:
     name_model(request, model)
     return await native_reply(request, await engine_of(request).score_body(model, await read_body(request)))

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput, ShoalError
+from engine.http.bodies import EmbeddingsBody, request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body
 from engine.runtime import AsyncEngine
 from engine.tasks.annotate import check_limits
@@ -23,6 +24,7 @@ from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestPar
 from engine.tasks.token_input import decode_cl100k, parse_input
 
 router = APIRouter()
+BODY = request_body(EmbeddingsBody, msgpack=False)
 
 
 def openai_error(err: ShoalError) -> dict[str, Any]:
@@ -76,9 +78,11 @@ def embeddings_response(model: str, result: dict[str, Any], as_base64: bool) -> 
     }
 
 
-@router.post("/v1/embeddings")
-@router.post("/embeddings")  # the same route without /v1: Infinity's path (litellm's infinity/ posts here)
-@router.post("/infinity/embeddings")
+@router.post("/v1/embeddings", openapi_extra=BODY)
+@router.post(
+    "/embeddings", openapi_extra=BODY
+)  # the same route without /v1: Infinity's path (litellm's infinity/ posts here)
+@router.post("/infinity/embeddings", openapi_extra=BODY)
 async def embeddings(request: Request) -> Response:
     engine = engine_of(request)
     body = await read_body(request)

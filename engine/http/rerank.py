@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput
+from engine.http.bodies import RerankBody, request_body
 from engine.http.openai import openai_error
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
 from engine.runtime import AsyncEngine
@@ -25,6 +26,7 @@ from engine.tasks.limits import count_before_parsing
 from engine.tasks.requests import Item, ScoreRequest
 
 router = APIRouter()
+BODY = request_body(RerankBody, msgpack=False)
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,8 @@ async def documents_rerank(request: Request, body: Any) -> Response:
     return JSONResponse(out, headers=timing_headers(ranking.timing))
 
 
-@router.post("/v1/rerank")
-@router.post("/infinity/rerank")
+@router.post("/v1/rerank", openapi_extra=BODY)
+@router.post("/infinity/rerank", openapi_extra=BODY)
 async def rerank_v1(request: Request) -> Response:
     return await documents_rerank(request, await read_body(request))
 

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput, ShoalError
+from engine.http.bodies import TeiEmbedBody, TeiPredictBody, TeiRerankBody, TeiTokenizeBody, request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
 from engine.http.rerank import documents_rerank, model_query, rerank, text_list
 from engine.runtime import AsyncEngine
@@ -100,14 +101,14 @@ def reply(content: Any, result: dict[str, Any]) -> JSONResponse:
     return JSONResponse(content, headers=timing_headers(result.get("timing", {})))
 
 
-@router.post("/embed")
+@router.post("/embed", openapi_extra=request_body(TeiEmbedBody, msgpack=False))
 async def embed(request: Request) -> Response:
     """{inputs, normalize?, truncate?, prompt_name?, dimensions?} -> [[float]]."""
     items, result = await encode(request, tei_body(await read_body(request)), "dense")
     return reply([np.asarray(it["dense"]["values"], dtype=np.float32).tolist() for it in items], result)
 
 
-@router.post("/embed_sparse")
+@router.post("/embed_sparse", openapi_extra=request_body(TeiEmbedBody, msgpack=False))
 async def embed_sparse(request: Request) -> Response:
     """{inputs, truncate?} -> [[{index, value}]] (a sparse model, e.g. SPLADE)."""
     items, result = await encode(request, tei_body(await read_body(request)), "sparse")
@@ -130,7 +131,7 @@ def raw(score: float, engine: AsyncEngine, model: str) -> float:
     return math.log(p) - math.log1p(-p)
 
 
-@router.post("/rerank")
+@router.post("/rerank", openapi_extra=request_body(TeiRerankBody, msgpack=False))
 async def rerank_route(request: Request) -> Response:
     """TEI's {query, texts, truncate?, raw_scores?, return_text?} -> [{index, score, text?}]; with
     `documents` instead, the /v1/rerank shape (engine.http.rerank)."""
@@ -165,7 +166,7 @@ def pairs_of(value: Any) -> tuple[list[tuple[str, str]], bool]:
     raise InvalidInput("'inputs' must be a [text, text_pair] pair or a list of pairs (rerankers score pairs)")
 
 
-@router.post("/predict")
+@router.post("/predict", openapi_extra=request_body(TeiPredictBody, msgpack=False))
 async def predict(request: Request) -> Response:
     """{inputs: [text, pair] | [[text, pair]], raw_scores?, truncate?} -> [{score, label}] (per pair)."""
     body = tei_body(await read_body(request))
@@ -182,7 +183,7 @@ async def predict(request: Request) -> Response:
     return JSONResponse(preds if batch else preds[0])
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", openapi_extra=request_body(TeiTokenizeBody, msgpack=False))
 async def tokenize(request: Request) -> Response:
     """{inputs: str | [str], add_special_tokens?} -> [[{id, text, special, start, stop}]]."""
     body = tei_body(await read_body(request))
@@ -229,7 +230,7 @@ async def info(request: Request) -> dict[str, Any]:
     }
 
 
-@router.post("/")
+@router.post("/", openapi_extra=request_body(TeiEmbedBody, msgpack=False))
 async def root(request: Request) -> Response:
     """huggingface_hub's InferenceClient: {inputs: {source_sentence, sentences}} -> similarity scores;
     any other `inputs` -> feature extraction ([[float]])."""

@@ -18,7 +18,15 @@ from engine.catalogue.catalogue import ExtractMode, check_extract
 from engine.config import EngineSettings
 from engine.errors import InvalidInput, PayloadTooLarge
 from engine.tasks.annotate import estimate_tokens
-from engine.tasks.limits import check_count, check_item_id, check_labels, check_tokens, clean_instruction, clean_text
+from engine.tasks.limits import (
+    check_count,
+    check_item_id,
+    check_labels,
+    check_tokens,
+    clean_instruction,
+    clean_text,
+    count_before_parsing,
+)
 from engine.tasks.requests import Item, _check_media, _describe
 from engine.tasks.task import ExtractParams, Task, TaskItem
 
@@ -64,10 +72,13 @@ class ExtractRequest(BaseModel):
     params: ExtractRequestParams = Field(default_factory=ExtractRequestParams)
 
 
-def parse_extract(body: Any) -> ExtractRequest:
-    """Validate an extract body (decoded from msgpack or JSON) or raise INVALID_INPUT."""
+def parse_extract(body: Any, max_items: int | None = None) -> ExtractRequest:
+    """Validate an extract body (decoded from msgpack or JSON) or raise INVALID_INPUT; with `max_items`, an
+    over-long item list is 413 before any item is validated."""
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a map with 'items' and 'params.labels'")
+    if max_items is not None:
+        count_before_parsing(body, "items", max_items)
     _check_media(body.get("items"))
     try:
         req = ExtractRequest.model_validate(body)
@@ -99,7 +110,7 @@ def build_extract_body(
     return body
 
 
-def labels_of(labels: list[str] | None, settings: EngineSettings) -> tuple[str, ...]:
+def check_extract_labels(labels: list[str] | None, settings: EngineSettings) -> tuple[str, ...]:
     """At least one label, none empty or repeated (400); not too many or too long (413)."""
     if not labels:
         raise InvalidInput("params.labels must name at least one label (entity type or class)")
@@ -112,7 +123,7 @@ def labels_of(labels: list[str] | None, settings: EngineSettings) -> tuple[str, 
     return tuple(checked)
 
 
-def items_of(items: list[Item], mode: ExtractMode, settings: EngineSettings) -> list[TaskItem]:
+def extract_items(items: list[Item], mode: ExtractMode, settings: EngineSettings) -> list[TaskItem]:
     """Task items: ids checked, texts checked for length (413) and valid Unicode, none empty (400). Entity
     texts may be long (GLiNER windows them: SHOAL_MAX_EXTRACT_CHARS); classified texts are read up to the
     model's length, so they have encode's limit (SHOAL_MAX_ITEM_CHARS)."""
@@ -169,8 +180,8 @@ def extract_task(card: ModelCard, req: ExtractRequest, settings: EngineSettings,
     p, opts = req.params, req.params.options
     if p.output_schema is not None:
         raise InvalidInput("params.output_schema (structured extraction) is not supported; send params.labels")
-    labels = labels_of(p.labels, settings)
-    items = items_of(req.items, mode, settings)
+    labels = check_extract_labels(p.labels, settings)
+    items = extract_items(req.items, mode, settings)
     instruction = clean_instruction("params.instruction", p.instruction, settings)
     card.profile(opts.profile)  # an unknown profile is a 400
     if instruction is not None:

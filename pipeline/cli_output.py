@@ -1,0 +1,112 @@
+"""What `shoal ingest`, `search` and `reindex` print: the progress bar, the run summary, the hits."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+console = Console(stderr=True)
+out = Console()
+
+
+class RichProgress:
+    """The ingest progress bar: files, chunks, tokens/s and ETA."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("files · {task.fields[chunks]} chunks · {task.fields[rate]} tok/s"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=quiet,
+        )
+        self.task: Any = None
+        self.chunks = self.tokens = 0
+        self.t0 = time.perf_counter()
+        self._mu = threading.Lock()
+
+    def start(self, root: str, files: int) -> None:
+        self.bar.start()
+        self.t0 = time.perf_counter()
+        self.task = self.bar.add_task(escape(Path(root).name or root), total=files, chunks=0, rate=0)
+
+    def file_done(self, rel: str, status: str, chunks: int, tokens: int) -> None:
+        with self._mu:
+            self.chunks += chunks
+            self.tokens += tokens
+            rate = f"{self.tokens / max(1e-6, time.perf_counter() - self.t0):,.0f}"
+            self.bar.update(self.task, advance=1, chunks=self.chunks, rate=rate)
+
+    def phase(self, name: str) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, description=name)
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def print_summary(s: Any) -> None:
+    title = escape(f"ingest {s.root} -> {s.db}, collection {s.collection}")
+    t = Table(title=title, show_header=False)
+    t.add_column("what")
+    t.add_column("count", justify="right")
+    rows = [
+        ("files seen", s.files_seen),
+        ("unchanged (skipped)", s.files_unchanged),
+        ("processed", s.files_processed),
+        ("failed", len(s.files_failed)),
+        ("deleted (gone from the folder)", s.files_deleted),
+        ("pages", s.pages),
+        ("chunks embedded", s.chunks_embedded),
+        ("tokens embedded", s.tokens_embedded),
+        ("chunks written", s.chunks_written),
+        ("chunks removed (stale, deleted, orphans)", s.chunks_deleted + s.orphans_removed),
+        ("time parse / embed / write (busy s)", f"{s.parse_s:.1f} / {s.embed_s:.1f} / {s.write_s:.1f}"),
+        ("wall time (s)", f"{s.wall_s:.1f}"),
+    ]
+    for k, v in rows:
+        t.add_row(k, str(v))
+    out.print(t)
+    problems = [("failed", f) for f in s.files_failed] + [("walk error", f) for f in s.walk_errors]
+    problems += [("not followed", f) for f in s.files_refused] + [("warning", f) for f in s.warnings]
+    if problems:
+        p = Table(title="files needing attention")
+        for col in ("status", "file", "reason"):
+            p.add_column(col)
+        for kind, f in problems:
+            p.add_row(kind, escape(f.path), escape(f.reason))
+        out.print(p)
+    if not s.walk_complete:
+        out.print("[yellow]the folder walk was incomplete: nothing was deleted from the store[/yellow]")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def print_hits(hits: list[Any], query: str, mode: str, reranked: bool) -> None:
+    out.print(
+        f"[bold]{plural(len(hits), 'hit')}[/bold] for {escape(repr(query))} ({mode}{', reranked' if reranked else ''})"
+    )
+    for i, h in enumerate(hits, 1):
+        m = h.metadata
+        where = escape(" > ".join(m.get("heading_path") or []))
+        pages = f"p.{','.join(map(str, m['pages']))}" if m.get("pages") else ""
+        source = f"[cyan]{escape(str(m.get('source')))}[/cyan]"
+        head = "  ".join(x for x in (source, pages, f"[dim]{where}[/dim]" if where else "") if x)
+        text = " ".join(h.text.split())
+        out.print(f"\n[bold]{i}.[/bold] {head}  [dim]score {h.score:.4f}[/dim]", soft_wrap=True)
+        body = textwrap.fill(text[:600] + ("..." if len(text) > 600 else ""), max(40, out.width - 4))
+        out.print(textwrap.indent(body, "   "), highlight=False, markup=False)

@@ -1,0 +1,1 @@
+"""The `shoal` commands, one module per family; each imports only typer at module level (fast --help)."""

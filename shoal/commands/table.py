@@ -1,0 +1,52 @@
+"""A plain-text table that fits a width: the first column is never cut or wrapped, the others wrap at spaces.
+
+Written out (no rich) so its layout is exact when piped, and cheap to import.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+GAP = "  "
+
+
+def _shrink(natural: list[int], floor: list[int], room: int, first: int | None = None) -> list[int]:
+    """Narrow columns until the sum fits room: column `first` (if any) before the others, then the one with
+    the most slack; never column 0, never below a column's floor."""
+    widths = list(natural)
+    while sum(widths) > room:
+        cands = [i for i in range(1, len(widths)) if widths[i] > floor[i]]
+        if first in cands:
+            cands = [first]
+        if not cands:
+            break
+        i = max(cands, key=lambda j: widths[j] - floor[j])
+        widths[i] -= 1
+    return widths
+
+
+def render(headers: list[str], rows: list[list[str]], width: int = 80, fold_last: bool = False) -> str:
+    """The table as text: a header line, a rule, then each row (wrapped cells spill onto extra lines).
+    With `fold_last`, the last column (paths, reasons) may also break inside a word."""
+    cols = len(headers)
+    cells = [[headers[i], *(r[i] for r in rows)] for i in range(cols)]
+    natural = [max(len(c) for c in col) for col in cells]
+    floor = [max([len(col[0])] + [len(w) for c in col[1:] for w in c.split()]) for col in cells]  # headers whole
+    if fold_last and cols > 1:
+        floor[-1] = min(floor[-1], max(len(headers[-1]), 16))
+    widths = _shrink(natural, floor, width - len(GAP) * (cols - 1), cols - 1 if fold_last else None)
+
+    def lines(row: list[str]) -> list[str]:
+        wrapped = [[row[0]]] + [
+            textwrap.wrap(row[i], widths[i], break_long_words=fold_last and i == cols - 1) or [""]
+            for i in range(1, cols)
+        ]
+        height = max(len(w) for w in wrapped)
+        out = []
+        for n in range(height):
+            parts = [(w[n] if n < len(w) else "").ljust(widths[i]) for i, w in enumerate(wrapped)]
+            out.append(GAP.join(parts).rstrip())
+        return out
+
+    rule = GAP.join("-" * w for w in widths)
+    return "\n".join([*lines(headers), rule, *(line for r in rows for line in lines(r))])
