@@ -18,9 +18,12 @@ GLiNER's window (--window words), which shoal splits into overlapping windows.
 
 Throughput is counted per CPU-second (this process's threads for 1 and 3; the server process tree for 2, from
 /proc), the measure that holds on a shared machine; wall-clock figures are printed beside it. Ratios are
-against baselines measured in the same run. Writes bench/results/extract.json.
+against baselines measured in the same run. With more than one torch thread on a loaded machine, idle
+threads spin at every barrier while their partner is descheduled, which inflates CPU seconds (a server's
+most, since it waits between batches): --threads 1 gives both sides clean figures. Writes
+bench/results/extract-<parts>-t<threads>.json.
 
-    .venv/bin/python bench/extract.py [--texts 500] [--callers 16] [--threads 2] [--quick]
+    .venv/bin/python bench/extract.py [--texts 500] [--callers 16] [--threads 1] [--parts batched,concurrent,scaling]
 """
 
 from __future__ import annotations
@@ -307,12 +310,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--texts", type=int, default=500)
     ap.add_argument("--callers", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--window", type=int, default=96, help="GLiNER's max_len: words per window")
     ap.add_argument("--repeats", type=int, default=1, help="runs of each batched measurement (best is kept)")
     ap.add_argument("--quick", action="store_true", help="100 texts, 4 callers, small scaling sizes")
+    ap.add_argument("--parts", default="batched,concurrent,scaling", help="which measurements to run")
     args = ap.parse_args()
     if args.quick:
         args.texts, args.callers, args.repeats = 100, 4, 1
@@ -330,26 +334,40 @@ def main() -> None:
         card.write_text(card.read_text().replace("max_batch_tokens: 4096", "max_batch_tokens: 16384"))
         texts = make_texts(args.texts, args.window)
         results: dict[str, Any] = {"model": {"hidden": args.hidden, "layers": args.layers, "window": args.window}}
-        results["batched"] = asyncio.run(batched(folder, texts, args.threads, args.repeats))
-        print(json.dumps({"batched": results["batched"]}, indent=1), flush=True)
-        results["concurrent"] = concurrent(folder, cards, texts, args.callers, args.threads)
-        print(json.dumps({"concurrent": results["concurrent"]}, indent=1), flush=True)
-        results["scaling"] = asyncio.run(scaling(folder, args.threads, sizes))
-        print(json.dumps({"scaling": results["scaling"]}, indent=1), flush=True)
-    out = ROOT / "bench" / "results" / "extract.json"
+        parts = args.parts.split(",")
+        if "batched" in parts:
+            results["batched"] = asyncio.run(batched(folder, texts, args.threads, args.repeats))
+            print(json.dumps({"batched": results["batched"]}, indent=1), flush=True)
+        if "concurrent" in parts:
+            results["concurrent"] = concurrent(folder, cards, texts, args.callers, args.threads)
+            print(json.dumps({"concurrent": results["concurrent"]}, indent=1), flush=True)
+        if "scaling" in parts:
+            results["scaling"] = asyncio.run(scaling(folder, args.threads, sizes))
+            print(json.dumps({"scaling": results["scaling"]}, indent=1), flush=True)
+    out = ROOT / "bench" / "results" / f"extract-{args.parts.replace(',', '-')}-t{args.threads}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
-    b, c, s = results["batched"], results["concurrent"], results["scaling"]
-    print(
-        f"\nbatched: shoal {b['shoal_items_per_cpu_s']:.1f} items per CPU-second vs gliner inference (batch "
-        f"{b['gliner_best_batch_size']}) {b['gliner_best_items_per_cpu_s']:.1f}: {b['ratio_shoal_vs_gliner_best_cpu']:.2f}x "
-        f"(wall {b['ratio_shoal_vs_gliner_best_wall']:.2f}x); same outputs {b['same_outputs_on_single_window_texts']}\n"
-        f"{c['callers']} callers: shoal {c['shoal_items_per_server_cpu_s']:.1f} items per server CPU-second vs naive "
-        f"{c['naive_items_per_server_cpu_s']:.1f}: {c['ratio_shoal_vs_naive_cpu']:.2f}x (wall "
-        f"{c['ratio_shoal_vs_naive_wall']:.2f}x)\n"
-        f"scaling: engine per-word cost x{s['engine_ratio_largest_vs_smallest']:.2f} over 16x the length; input "
-        f"path x{s['input_path_ratio_largest_vs_smallest']:.2f}"
-    )
+    if "batched" in results:
+        b = results["batched"]
+        print(
+            f"batched: shoal {b['shoal_items_per_cpu_s']:.1f} items per CPU-second vs gliner inference (batch "
+            f"{b['gliner_best_batch_size']}) {b['gliner_best_items_per_cpu_s']:.1f}: "
+            f"{b['ratio_shoal_vs_gliner_best_cpu']:.2f}x (wall {b['ratio_shoal_vs_gliner_best_wall']:.2f}x); same "
+            f"outputs {b['same_outputs_on_single_window_texts']}"
+        )
+    if "concurrent" in results:
+        c = results["concurrent"]
+        print(
+            f"{c['callers']} callers: shoal {c['shoal_items_per_server_cpu_s']:.1f} items per server CPU-second vs "
+            f"naive {c['naive_items_per_server_cpu_s']:.1f}: {c['ratio_shoal_vs_naive_cpu']:.2f}x (wall "
+            f"{c['ratio_shoal_vs_naive_wall']:.2f}x)"
+        )
+    if "scaling" in results:
+        s = results["scaling"]
+        print(
+            f"scaling: engine per-word cost x{s['engine_ratio_largest_vs_smallest']:.2f} over 16x the length; "
+            f"input path x{s['input_path_ratio_largest_vs_smallest']:.2f}"
+        )
 
 
 if __name__ == "__main__":
