@@ -37,7 +37,10 @@ class EngineSettings(BaseSettings):
         default=1_000_000, description="most estimated tokens (characters / 4) in one request, prefixes included"
     )
     max_labels: int = Field(default=256, description="most labels one extract request may name")
-    max_label_chars: int = Field(default=256, description="longest label of an extract request")
+    max_label_chars: int = Field(default=256, description="longest label (or label description) of an extract request")
+    # extract (engine/tasks/extract.py): GLiNER windows long texts, so one entity item may be far longer than encode's
+    max_extract_chars: int = Field(default=8_000_000, description="longest text of one entity-extraction item")
+    max_extract_pairs: int = Field(default=32_768, description="most (item, label) pairs of one NLI request")
     max_id_chars: int = Field(default=512, description="longest item id")
     max_model_id_chars: int = Field(default=512, description="longest model id or LoRA adapter name")
     max_body_depth: int = Field(default=32, description="deepest nesting of lists and maps in a request body")
@@ -75,9 +78,6 @@ class EngineSettings(BaseSettings):
     model_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="folders whose checkpoint sub-folders are served by relative name"
     )
-    # extract (engine/tasks/extract.py): GLiNER windows long texts, so one item may be far longer than encode's
-    max_extract_chars: int = Field(default=8_000_000, description="longest text of one extract item")
-    max_extract_pairs: int = Field(default=32_768, description="most (item, label) pairs of one NLI request")
     batch_wait_ms: float = Field(default=2.0, description="how long a worker waits to fill a batch")
     max_batch_tokens: int | None = Field(default=None, description="override every card's token budget")
     request_timeout_s: float = Field(default=300.0, description="deadline given to each request")

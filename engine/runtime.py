@@ -166,6 +166,10 @@ class AsyncEngine(ModelCalls):
         """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
         return await self.submit(self.annotate_score(model, body))
 
+    async def extract_body(self, model: str, body: Any) -> Result:
+        """Extract from a wire body; returns the wire result {model, items, timing}."""
+        return await self.submit(self.annotate_extract(model, body))
+
     async def tokenizer(self, model: str) -> TextTokenizer:
         """The model's tokenizer, for the few routes that tokenize at the edge (TEI /tokenize, token ids)."""
         card = self.card(model)
@@ -174,10 +178,6 @@ class AsyncEngine(ModelCalls):
     async def detokenize(self, model: str, arrays: list[list[int]]) -> list[str]:
         """Texts of token-id arrays of the model's own tokenizer."""
         return (await self.tokenizer(model)).decode(arrays)
-
-    async def extract_body(self, model: str, body: Any) -> Result:
-        """Extract from a wire body; returns the wire result {model, items, timing}."""
-        return await self.submit(self.annotate_extract(model, body))
 
     async def models(self) -> list[dict[str, Any]]:
         """What /v1/models lists: each card, whether it is loaded, its outputs, and its tuned precisions."""

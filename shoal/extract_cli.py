@@ -25,15 +25,14 @@ def extract_command(
     ] = False,
     nested: Annotated[bool, typer.Option("--nested", help="entities: allow nested spans (default: flat)")] = False,
     url: Annotated[str | None, typer.Option(help="a shoal server; default runs the engine in-process")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="SHOAL_API_KEY", help="the server's API key")] = None,
     model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
 ) -> None:
     """Extract from texts and print one JSON line per text: {text, entities, classifications}.
 
-    A refused request (unknown model, bad labels, a model that cannot extract) prints one line on stderr and
-    exits with 1.
+    Exit code 1 on a bad model, labels or input (one line: CODE: message, and a hint when there is one), 2
+    when --url cannot be reached.
     """
-    from engine.errors import ShoalError
-
     lines = texts if texts and texts != ["-"] else [ln.rstrip("\n") for ln in sys.stdin if ln.strip()]
     if not lines:
         raise typer.BadParameter("no texts given (pass them as arguments or on stdin)")
@@ -47,21 +46,17 @@ def extract_command(
         options["multi_label"] = True
     if nested:
         options["flat_ner"] = False
-    try:
-        if url:
-            from engine.client.sync import Client
+    if url:
+        from engine.client.sync import Client
 
-            with Client(url) as c:
-                results = c.extract(model, list(lines), labels=wanted, options=options or None)
-        else:
-            from engine.config import EngineSettings
-            from engine.runtime import Engine
+        with Client(url, api_key=api_key) as c:
+            results = c.extract(model, list(lines), labels=wanted, options=options or None)
+    else:
+        from engine.config import EngineSettings
+        from engine.runtime import Engine
 
-            settings = EngineSettings(model_dir=model_dir) if model_dir else None
-            with Engine(settings) as e:
-                results = e.extract(model, list(lines), labels=wanted, options=options or None)
-    except ShoalError as e:
-        print(f"{e.code}: {e.message}", file=sys.stderr)
-        raise typer.Exit(1) from None
+        settings = EngineSettings(model_dir=model_dir) if model_dir else None
+        with Engine(settings) as e:
+            results = e.extract(model, list(lines), labels=wanted, options=options or None)
     for text, r in zip(lines, results, strict=True):
         print(json.dumps({"text": text, "entities": r["entities"], "classifications": r["classifications"]}))

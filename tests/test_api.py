@@ -273,9 +273,12 @@ def test_api_key_required_when_configured() -> None:
 
 def test_extract_unknown_routes_and_methods_get_typed_errors(server: LiveServer) -> None:
     body = packb({"items": [{"text": "Ada Lovelace met Babbage in London"}], "params": {"labels": ["person"]}})
-    r = httpx.post(f"{server.url}/v1/extract/{MINILM}", content=body, headers=MP)
+    r = httpx.post(f"{server.url}/v1/extract/{MINILM}", content=body, headers=MP)  # an embedder classifies
+    assert r.status_code == 200, r.text
+    assert [c["label"] for c in unpackb(r.content)["items"][0]["classifications"]] == ["person"]
+    r = httpx.post(f"{server.url}/v1/extract/cross-encoder/ms-marco-MiniLM-L-6-v2", content=body, headers=MP)
     assert r.status_code == 400 and r.json()["detail"]["code"] == "INVALID_INPUT"
-    assert "extract" in r.json()["detail"]["message"]
+    assert "cannot extract" in r.json()["detail"]["message"]
     r = httpx.post(f"{server.url}/v1/extract/nobody/nothing", content=body, headers=MP)
     assert r.status_code == 404 and r.json()["detail"]["code"] == "MODEL_NOT_FOUND"
     r = httpx.post(f"{server.url}/v1/nothing-here", content=body, headers=MP)

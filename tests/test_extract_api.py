@@ -137,7 +137,7 @@ BAD: dict[str, tuple[str, dict[str, Any] | None, bytes | None, int, str]] = {
     "too many items": (GLINER_ID, body(["a text"] * 2049), None, 413, "PAYLOAD_TOO_LARGE"),
     "labels longer than the model's input": (
         GLINER_ID,
-        body(["a text"], [f"{LOTS_OF_WORDS} {i}" for i in range(200)]),
+        body(["a text"], [f"{LOTS_OF_WORDS} {i}" for i in range(120)]),
         None,
         400,
         "INVALID_INPUT",
@@ -207,7 +207,7 @@ def test_cli_extract_in_process_and_over_http(live: LiveServer, gliner_dirs: dic
     assert json.loads(classes.stdout)["classifications"][0]["label"] == "sports"
 
 
-def test_cli_extract_errors_are_one_line_and_exit_1(live: LiveServer) -> None:
+def test_cli_extract_errors_are_short_and_exit_1(live: LiveServer) -> None:
     for args, code in [
         (["x", "-m", "nobody/nothing", "--labels", "a"], "MODEL_NOT_FOUND"),
         (["x", "-m", GLINER_ID, "--labels", "a,a"], "INVALID_INPUT"),
@@ -215,42 +215,8 @@ def test_cli_extract_errors_are_one_line_and_exit_1(live: LiveServer) -> None:
     ]:
         r = run_cli(*args, "--url", live.url)
         assert r.returncode == 1 and r.stdout == "", (args, r.stdout, r.stderr)
-        assert r.stderr.startswith(code) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert r.stderr.startswith(code) and len(r.stderr.strip().splitlines()) <= 2, r.stderr  # and a hint
     r = run_cli("x", "-m", GLINER_ID, "--url", live.url)  # no labels: a usage error before any request
-    assert r.returncode == 2 and "--labels" in r.stderr
-
-
-SIE_EXTRACT = """
-import json, sys
-from sie_sdk import SIEClient
-url, model, texts, labels = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
-client = SIEClient(url)
-many = client.extract(model, [{"id": f"t{i}", "text": t} for i, t in enumerate(texts)], labels=labels)
-one = client.extract(model, {"text": texts[0]}, labels=labels, options={"threshold": 0.6})
-out = {"ids": [r.get("id") for r in many], "entities": [[dict(e) for e in r["entities"]] for r in many],
-       "one": [dict(e) for e in one["entities"]]}
-try:
-    client.extract(model, {"text": texts[0]}, labels=[])
-except Exception as e:
-    out["error"] = type(e).__name__ + ": " + str(e)
-print(json.dumps(out))
-"""
-
-
-@pytest.mark.compat
-def test_sie_sdk_extract_gets_the_engines_entities(live: LiveServer, gliner_dirs: dict[str, Path]) -> None:
-    from tests.compat_venvs import python_for
-
-    items = texts(4, seed=9)
-    args = [str(python_for("sie")), "-c", SIE_EXTRACT, live.url, GLINER_ID, json.dumps(items), json.dumps(LABELS)]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["ids"] == ["t0", "t1", "t2", "t3"]
-    want = unpackb(post(live, GLINER_ID, body(items)).content)["items"]
-    assert got["entities"] == [
-        [{k: e[k] for k in ("text", "label", "score", "start", "end")} | {"bbox": None} for e in it["entities"]]
-        for it in want
-    ]
-    assert any(got["entities"]) and all(e["score"] >= 0.6 for e in got["one"])
-    assert "INVALID_INPUT" in got["error"] or "labels" in got["error"], got["error"]
+    assert r.returncode == 1 and "--labels" in r.stderr
+    r = run_cli("x", "-m", GLINER_ID, "--labels", "a", "--url", "http://127.0.0.1:9")  # nothing listens there
+    assert r.returncode == 2 and r.stderr.startswith("UNREACHABLE"), r.stderr

@@ -10,6 +10,7 @@ import pickle
 import random
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,36 @@ def test_merge_keeps_duplicates_once_and_resolves_overlaps_like_gliner() -> None
     assert [(f.start, f.end) for f in nested] == [(0, 4), (1, 2)]  # nesting kept, crossing dropped
     multi = merge([(0, [Found(0, 1, "org", 0.9), Found(0, 1, "person", 0.8)])], flat=True, multi_label=True)
     assert [f.label for f in multi] == ["org", "person"]  # one span, two labels
+
+
+def test_the_gliner_release_is_the_one_setup_installs() -> None:
+    """The runtime is written against one gliner release: the venv holds it, scripts/setup.sh installs it (without
+    the transformers cap its metadata carries), and pyproject.toml does not list it (which would downgrade
+    transformers for everything)."""
+    from importlib.metadata import version
+
+    from engine.model.gliner_runtime import GLINER_VERSION
+
+    assert version("gliner") == GLINER_VERSION
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    assert f'--no-deps "gliner=={GLINER_VERSION}"' in setup
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not [d for d in deps if d.startswith("gliner")]
+
+
+def test_a_missing_gliner_package_is_a_clear_load_failure(gliner_dirs: dict[str, Path]) -> None:
+    code = f"""
+import sys
+sys.modules["gliner"] = None  # as if it were not installed
+from engine.errors import ModelLoadFailed
+from tests.extract_support import load_through_catalogue
+try:
+    load_through_catalogue({str(gliner_dirs["span"])!r})
+except ModelLoadFailed as e:
+    print("refused:", e)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused: GLiNER models need the gliner package: pip install --no-deps gliner==" in out.stdout

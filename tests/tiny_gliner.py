@@ -20,17 +20,17 @@ from tests.tiny_models import VOCAB, write_tokenizer
 MAX_POSITIONS = 256
 
 
-def make_backbone(folder: Path, seed: int = 0) -> Path:
-    """A tiny BERT (2 layers, 32 wide) with the tests' WordPiece tokenizer and a tokenizer_config.json."""
+def make_backbone(folder: Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> Path:
+    """A tiny BERT (2 layers, 32 wide unless told) with the tests' WordPiece tokenizer and a tokenizer_config.json."""
     from transformers import BertConfig, BertModel
 
     write_tokenizer(folder)
     config = BertConfig(
         vocab_size=len(VOCAB),
-        hidden_size=32,
-        num_hidden_layers=2,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
         num_attention_heads=4,
-        intermediate_size=64,
+        intermediate_size=2 * hidden,
         max_position_embeddings=MAX_POSITIONS,
     )
     torch.manual_seed(seed)
@@ -50,21 +50,24 @@ def make_tiny_gliner(
     spread: float = 0.1,
     rnn_layers: int = 1,
     max_width: int = 12,
+    hidden: int = 32,
+    layers: int = 2,
 ) -> Path:
     """Save a random-weight GLiNER into `folder`: span (markerV0) or token level, uni- or bi-encoder.
 
     `spread` is the standard deviation of noise added to every weight, so that scores spread out around the
     0.5 threshold instead of all sitting at 0.50. `rnn_layers` 0 drops GLiNER's word-level LSTM (much faster
     on long inputs, for tests that only need volume), as does a smaller `max_width` (longest entity, in words).
+    `hidden` and `layers` size the encoder (benchmarks use a larger one, so the model's work dominates).
     """
     from gliner import GLiNER, GLiNERConfig
 
     work = folder.parent / f"{folder.name}-backbone"
-    backbone = make_backbone(work, seed)
+    backbone = make_backbone(work, seed, hidden, layers)
     extra: dict[str, Any] = {"labels_encoder": str(backbone)} if bi_encoder else {}
     config = GLiNERConfig(
         model_name=str(backbone),
-        hidden_size=32,
+        hidden_size=hidden,
         max_len=max_len,
         span_mode=span_mode,
         dropout=0.0,

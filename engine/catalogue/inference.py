@@ -101,6 +101,8 @@ def nli_spec(config: dict[str, Any]) -> ExtractSpec | None:
 def infer_card(folder: Path, model_id: str) -> ModelCard:
     """Build a card for a checkpoint folder: family from config.json, pooling from modules.json. A config
     with missing fields or wrong types is the model's load failure (502), naming the model, not the folder."""
+    if (folder / "gliner_config.json").is_file():
+        return gliner_card(folder, model_id)
     try:
         return _infer(folder, model_id)
     except (KeyError, TypeError, ValueError, ValidationError) as e:

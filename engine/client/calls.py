@@ -1,7 +1,7 @@
 """The SDK call surface shared by the in-process engine and the HTTP client, and result shaping.
 
-Both implement two primitives (`encode_body`, `score_body`: wire body in, wire result out), `models` and
-`item_cap` (the most items one primitive call may carry); the user-facing `encode` and `score` are written
+Both implement three primitives (`encode_body`, `score_body`, `extract_body`: wire body in, wire result out), `models` and
+`item_cap` (the most items one primitive call may carry); the user-facing `encode`, `score` and `extract` are written
 once here on top of them. A call with more items than the cap is split into chunks of the cap, at most
 `stream_window` of them in flight, so its memory is bounded by the window, not by the call (engine.client.
 chunks).
@@ -198,13 +198,18 @@ class ModelCalls(ABC):
     ) -> ExtractResult | list[ExtractResult]:
         """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
         batch = items if isinstance(items, list) else [items]
+        cap = await self.item_cap()
+        if len(batch) > cap:  # ids as the server would give them ("item-<index>"), whichever chunk
+            batch = [
+                it if isinstance(it, dict) and it.get("id") is not None else _named(it, i) for i, it in enumerate(batch)
+            ]
 
         async def run(start: int, stop: int) -> list[ExtractResult]:
             body = build_extract_body(batch[start:stop], labels=labels, instruction=instruction, options=options)
-            got: list[ExtractResult] = (await self.extract_body(model, body))["items"]
-            return got
+            found: list[ExtractResult] = (await self.extract_body(model, body))["items"]
+            return found
 
-        results = await in_chunks(len(batch), await self.item_cap(), self.stream_window, run)
+        results = await in_chunks(len(batch), cap, self.stream_window, run)
         return results if isinstance(items, list) else results[0]
 
 

@@ -30,6 +30,7 @@ from engine.model import memory
 from engine.model.loaded import LoadSpec
 from engine.model.precision import DeviceProfile
 
+GLINER_VERSION = "0.2.29"  # the release this runtime is written against (scripts/setup.sh installs it)
 SERVED = ("UniEncoderSpanGLiNER", "UniEncoderTokenGLiNER", "BiEncoderSpanGLiNER", "BiEncoderTokenGLiNER")
 MAX_TOKENS = 512  # when neither the encoder's config nor its tokenizer says how long an input may be
 Word = tuple[str, int, int]  # a word and its character offsets [start, end) in the text
@@ -180,8 +181,12 @@ def _max_tokens(encoder: Any, tokenizer: Any) -> int:
 
 def build_runtime(folder: Path, config: dict[str, Any], device: str, dtype: torch.dtype) -> Any:
     """The gliner runtime object for a checkpoint folder, weights loaded strictly (every tensor named and shaped)."""
-    import gliner  # lazily: only a GLiNER load pays for it
-
+    try:
+        import gliner  # lazily: only a GLiNER load pays for it
+    except ImportError as e:
+        raise ModelLoadFailed(
+            f"GLiNER models need the gliner package: pip install --no-deps gliner=={GLINER_VERSION} ({e})"
+        ) from None
     _refuse_remote_code(config, folder)
     state = read_state(folder)
     has_tokenizer = (folder / "tokenizer_config.json").is_file()

@@ -22,6 +22,7 @@ from engine.tasks.limits import (
     check_count,
     check_item_id,
     check_labels,
+    check_tokens,
     clean_instruction,
     clean_text,
     count_before_parsing,
@@ -113,24 +114,30 @@ def check_extract_labels(labels: list[str] | None, settings: EngineSettings) -> 
     """At least one label, none empty or repeated (400); not too many or too long (413)."""
     if not labels:
         raise InvalidInput("params.labels must name at least one label (entity type or class)")
-    cleaned = check_labels(labels, settings)
+    checked = check_labels(labels, settings)
     seen: dict[str, int] = {}
-    for i, label in enumerate(cleaned):
+    for i, label in enumerate(checked):
         if label in seen:
             raise InvalidInput(f"params.labels.{i} {label!r} repeats params.labels.{seen[label]}")
         seen[label] = i
-    return tuple(cleaned)
+    return tuple(checked)
 
 
-def extract_items(items: list[Item], settings: EngineSettings) -> list[TaskItem]:
-    """The items as the task carries them: 413 for too many or an over-long text (extract windows long texts,
-    so its limit is its own); 400 for a bad id or a text with nothing to read."""
+def extract_items(items: list[Item], mode: ExtractMode, settings: EngineSettings) -> list[TaskItem]:
+    """Task items: ids checked, texts checked for length (413) and valid Unicode, none empty (400). Entity
+    texts may be long (GLiNER windows them: SHOAL_MAX_EXTRACT_CHARS); classified texts are read up to the
+    model's length, so they have encode's limit (SHOAL_MAX_ITEM_CHARS)."""
     check_count("items", len(items), settings.max_items, "SHOAL_MAX_ITEMS")
+    limit, setting = (
+        (settings.max_extract_chars, "SHOAL_MAX_EXTRACT_CHARS")
+        if mode == "entities"
+        else (settings.max_item_chars, "SHOAL_MAX_ITEM_CHARS")
+    )
     out = []
     for i, item in enumerate(items):
         if item.id is not None:
             check_item_id(f"items.{i}.id", item.id, settings)
-        text = clean_text(f"items.{i}.text", item.text, settings, settings.max_extract_chars, "SHOAL_MAX_EXTRACT_CHARS")
+        text = clean_text(f"items.{i}.text", item.text, settings, limit, setting)
         if not text.strip():
             raise InvalidInput(f"items.{i}: the text is empty; there is nothing to extract from")
         out.append(TaskItem(id=item.id, text=text))
@@ -145,9 +152,11 @@ def _refuse(mode: ExtractMode, what: str, allowed: tuple[ExtractMode, ...]) -> N
         )
 
 
-def _hypotheses(card: ModelCard, labels: tuple[str, ...], req: ExtractRequest, limit: int) -> tuple[str, ...]:
+def _hypotheses(
+    card: ModelCard, labels: tuple[str, ...], req: ExtractRequest, settings: EngineSettings
+) -> tuple[str, ...]:
     """One text per label: the hypothesis template with the label's description (or the label) in it."""
-    opts = req.params.options
+    opts, limit = req.params.options, settings.max_label_chars
     descriptions = opts.descriptions or {}
     unknown = sorted(set(descriptions) - set(labels))
     if unknown:
@@ -155,10 +164,12 @@ def _hypotheses(card: ModelCard, labels: tuple[str, ...], req: ExtractRequest, l
     for label, text in descriptions.items():
         if not text.strip() or len(text) > limit:
             raise InvalidInput(f"options.descriptions[{label!r}] must be 1 to {limit} characters")
+        descriptions[label] = clean_text(f"options.descriptions[{label!r}]", text, settings, limit)
     default = card.extract.template if card.extract is not None else EMBEDDING_TEMPLATE
     template = opts.hypothesis_template if opts.hypothesis_template is not None else default
     if "{label}" not in template or len(template) > limit:
         raise InvalidInput(f"options.hypothesis_template must contain '{{label}}' and be at most {limit} characters")
+    template = clean_text("options.hypothesis_template", template, settings, limit)
     return tuple(template.replace("{label}", descriptions.get(label, label)) for label in labels)
 
 
@@ -170,10 +181,10 @@ def extract_task(card: ModelCard, req: ExtractRequest, settings: EngineSettings,
     if p.output_schema is not None:
         raise InvalidInput("params.output_schema (structured extraction) is not supported; send params.labels")
     labels = check_extract_labels(p.labels, settings)
-    items = extract_items(req.items, settings)
-    clean_instruction("params.instruction", p.instruction, settings)
+    items = extract_items(req.items, mode, settings)
+    instruction = clean_instruction("params.instruction", p.instruction, settings)
     card.profile(opts.profile)  # an unknown profile is a 400
-    if p.instruction is not None:
+    if instruction is not None:
         _refuse(mode, "params.instruction", ("embedding",))
     if opts.flat_ner is not None:
         _refuse(mode, "options.flat_ner", ("entities",))
@@ -195,18 +206,20 @@ def extract_task(card: ModelCard, req: ExtractRequest, settings: EngineSettings,
         threshold=default_threshold if opts.threshold is None else opts.threshold,
         flat_ner=True if opts.flat_ner is None else opts.flat_ner,
         multi_label=bool(opts.multi_label),
-        hypotheses=() if mode == "entities" else _hypotheses(card, labels, req, settings.max_label_chars),
-        prefix=(p.instruction if p.instruction is not None else card.document_instruction) or "",
+        hypotheses=() if mode == "entities" else _hypotheses(card, labels, req, settings),
+        prefix=(instruction if instruction is not None else card.document_instruction) or "",
         label_prefix=(card.query_instruction or "") if mode == "embedding" else "",
         temperature=opts.temperature or EMBEDDING_TEMPERATURE,
         truncate=card.truncate if opts.truncate is None else opts.truncate,
     )
-    text_tokens = [estimate_tokens(it.text) for it in req.items]
+    text_tokens = [estimate_tokens(it.text) for it in items]
     label_tokens = sum(estimate_tokens(h) for h in (params.hypotheses or labels))
     if mode == "nli":
         est = sum(t * n_labels for t in text_tokens) + n_items * label_tokens
     else:
         est = sum(text_tokens) + label_tokens
+    if mode != "entities":  # entity texts are bounded by SHOAL_MAX_EXTRACT_CHARS and windowed instead
+        check_tokens(est, settings)
     return Task(
         model=card.id,
         items=items,
