@@ -1,8 +1,9 @@
-"""Tools for agents: classify into a taxonomy, filter context, rerank, search, embed; schemas, endpoints, MCP.
+"""Tools for agents: classify into a taxonomy, filter context, rerank, search, embed, extract entities; schemas,
+endpoints, MCP.
 
 Importing this package is cheap (no torch, no models): the functions below load what they need when called.
 
-    from agent_tools import classify_taxonomy, filter_context, rerank, search, embed   # blocking
+    from agent_tools import classify_taxonomy, filter_context, rerank, search, embed, extract_entities  # blocking
     from agent_tools import aclassify_taxonomy, afilter_context, ...                    # async
     from agent_tools import openai_tools, TOOLS, ToolContext, load_taxonomy
 """
@@ -28,7 +29,7 @@ _FROM = {
     "tools_router": "agent_tools.http",
     "count_tokens": "agent_tools.text",
 }
-_FUNCTIONS = ("classify_taxonomy", "filter_context", "rerank", "search", "embed")
+_FUNCTIONS = ("classify_taxonomy", "filter_context", "rerank", "search", "embed", "extract_entities")
 
 __all__ = [*_FROM, *_FUNCTIONS, *(f"a{n}" for n in _FUNCTIONS)]
 

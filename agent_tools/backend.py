@@ -19,13 +19,15 @@ class CallCount:
     encode_items: int = 0
     score_requests: int = 0
     score_pairs: int = 0
+    extract_requests: int = 0
+    extract_items: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
 class ModelBackend:
-    """`embed` and `score` over a shoal client, split into requests of at most `batch_size` items.
+    """`embed`, `score` and `extract` over a shoal client, split into requests of at most `batch_size` items.
 
     Cheap to make: a tool call makes its own, so `calls` counts that call's model requests only.
     """
@@ -50,6 +52,19 @@ class ModelBackend:
             self.calls.encode_requests += 1
             self.calls.encode_items += len(chunk)
             return await self._call("encode", model, chunk, is_query=is_query or None, options=options)
+
+        parts = await asyncio.gather(*(one(c) for c in self._chunks(texts)))
+        return [row for part in parts for row in part]
+
+    async def extract(
+        self, model: str, texts: list[str], labels: list[str], options: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """The SDK's extract results ({entities, classifications, ...}), one per text, in order."""
+
+        async def one(chunk: list[str]) -> list[dict[str, Any]]:
+            self.calls.extract_requests += 1
+            self.calls.extract_items += len(chunk)
+            return await self._call("extract", model, chunk, labels=labels, options=options)
 
         parts = await asyncio.gather(*(one(c) for c in self._chunks(texts)))
         return [row for part in parts for row in part]

@@ -19,6 +19,9 @@ class ToolSettings(BaseSettings):
     rerank_model: str | None = Field(
         default=None, description="cross-encoder for filter_context and rerank; None: embedding similarity"
     )
+    extract_model: str = Field(
+        default="urchade/gliner_small-v2.1", description="GLiNER model of extract_entities when the call names none"
+    )
     db: str = Field(default="lancedb://./shoal-data", description="store URI the search tool uses by default")
     collection: str = Field(default="chunks", description="collection the search tool uses by default")
     open_stores: bool = Field(

@@ -1,6 +1,7 @@
 """The tools as plain Python functions, generated from the same definitions (one blocking, one async each).
 
-    from agent_tools import classify_taxonomy, aclassify_taxonomy
+With `classify_taxonomy` and `aclassify_taxonomy` imported from `agent_tools`:
+
     result = classify_taxonomy(texts=["wireless earbuds"], taxonomy=tree_dict)          # in-process engine
     result = classify_taxonomy(texts=[...], taxonomy=..., client=shoal.Client(url))     # any sync client
     result = await aclassify_taxonomy(texts=[...], taxonomy=..., client=async_engine)   # any client
@@ -60,7 +61,7 @@ def _signature(t: Tool) -> inspect.Signature:
 
 def async_function(t: Tool) -> Callable[..., Awaitable[dict[str, Any]]]:
     async def call(*, client: Any = None, settings: ToolSettings | None = None, **arguments: Any) -> dict[str, Any]:
-        return await context_for(client, settings).call(t.name, arguments)
+        return await t.run(context_for(client, settings), t.parse(arguments))
 
     call.__name__ = call.__qualname__ = f"a{t.name}"
     call.__doc__ = (
@@ -75,7 +76,7 @@ def sync_function(t: Tool) -> Callable[..., dict[str, Any]]:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(context_for(client, settings).call(t.name, arguments))
+            return asyncio.run(t.run(context_for(client, settings), t.parse(arguments)))
         raise RuntimeError(f"{t.name}() blocks; inside an event loop use `await agent_tools.a{t.name}(...)`")
 
     call.__name__ = call.__qualname__ = t.name

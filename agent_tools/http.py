@@ -42,11 +42,13 @@ def tools_router(client: Any, settings: ToolSettings | None = None, context: Too
     @router.post("/v1/tools/{name}", openapi_extra=arguments_body())
     async def call_tool(name: str, request: Request) -> JSONResponse:
         """Run a tool; the body is its arguments as a JSON object (what the model put in `arguments`)."""
+        from agent_tools.tools import call_tool as run_tool
+
         try:
             s = ctx.settings
             limits = BodyLimits(TOOL_DEPTH, max(65_536, s.max_texts, s.max_taxonomy_nodes))
             arguments = await read_json(request, s.max_body_bytes, limits)
-            return JSONResponse(await ctx.call(name, arguments))
+            return JSONResponse(await run_tool(ctx, name, arguments))
         except ShoalError as e:
             return error_response(e)
         except Exception as e:  # noqa: BLE001 - a typed 500; the server keeps running

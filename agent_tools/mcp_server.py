@@ -27,6 +27,7 @@ def build_server(ctx: ToolContext) -> Any:
     from mcp.shared.exceptions import MCPError
 
     from agent_tools.tools import TOOLS
+    from agent_tools.tools import call_tool as run_tool
 
     async def list_tools(_rctx: Any, _params: Any) -> types.ListToolsResult:
         tools = [
@@ -41,7 +42,7 @@ def build_server(ctx: ToolContext) -> Any:
 
     async def call_tool(_rctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
-            result = await ctx.call(params.name, params.arguments or {})
+            result = await run_tool(ctx, params.name, params.arguments or {})
         except ToolNotFound as e:
             raise MCPError(code=types.INVALID_PARAMS, message=e.message) from None
         except ShoalError as e:

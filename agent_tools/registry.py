@@ -116,13 +116,6 @@ class ToolContext:
             raise TaxonomyError(f"no taxonomy named {ref!r} (known: {known}); or pass the taxonomy itself")
         return taxonomy_file(Path(path).expanduser(), self.settings.max_taxonomy_nodes, ref)
 
-    async def call(self, name: str, arguments: Any) -> dict[str, Any]:
-        """Validate and run one tool call."""
-        from agent_tools.tools import get_tool
-
-        t = get_tool(name)
-        return await t.run(self, t.parse(arguments))
-
 
 _FILES: OrderedDict[tuple[str, float, int, int], Taxonomy] = OrderedDict()
 _FILES_KEPT = 16

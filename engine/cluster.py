@@ -9,6 +9,7 @@ import signal
 from prometheus_client import start_http_server
 
 from engine.config import EngineSettings
+from engine.metrics import WORKER_UP
 from engine.runtime import AsyncEngine
 
 log = logging.getLogger("shoal.worker")
@@ -20,6 +21,7 @@ async def serve_worker(settings: EngineSettings, metrics_port: int | None = None
         raise ValueError("a worker needs a queue URL (--queue nats://host:port or SHOAL_QUEUE_URL)")
     engine = AsyncEngine(settings, worker=True)
     await engine.start()
+    WORKER_UP.set(1)
     if metrics_port:
         start_http_server(metrics_port, addr=settings.host)
     allowed = ", ".join(settings.worker_models) if settings.worker_models else "any model"
@@ -29,6 +31,7 @@ async def serve_worker(settings: EngineSettings, metrics_port: int | None = None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    WORKER_UP.set(0)
     await engine.close()  # unfinished tasks are given back to the queue at once
 
 

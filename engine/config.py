@@ -19,7 +19,9 @@ class EngineSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     device: str = "cpu"
-    threads: int | None = Field(default=None, description="torch intra-op threads; None keeps torch's default")
+    threads: int | None = Field(
+        default=None, ge=1, description="torch intra-op and tokenizer threads; None: the cores this process may use"
+    )
     max_items: int = Field(
         default=2048, ge=1, description="most items one HTTP request may carry (OpenAI's own limit is 2,048)"
     )
@@ -34,7 +36,7 @@ class EngineSettings(BaseSettings):
     max_request_tokens: int = Field(
         default=1_000_000, description="most estimated tokens (characters / 4) in one request, prefixes included"
     )
-    max_labels: int = Field(default=128, description="most labels one extract request may name")
+    max_labels: int = Field(default=256, description="most labels one extract request may name")
     max_label_chars: int = Field(default=256, description="longest label of an extract request")
     max_id_chars: int = Field(default=512, description="longest item id")
     max_model_id_chars: int = Field(default=512, description="longest model id or LoRA adapter name")
@@ -73,6 +75,9 @@ class EngineSettings(BaseSettings):
     model_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="folders whose checkpoint sub-folders are served by relative name"
     )
+    # extract (engine/tasks/extract.py): GLiNER windows long texts, so one item may be far longer than encode's
+    max_extract_chars: int = Field(default=8_000_000, description="longest text of one extract item")
+    max_extract_pairs: int = Field(default=32_768, description="most (item, label) pairs of one NLI request")
     batch_wait_ms: float = Field(default=2.0, description="how long a worker waits to fill a batch")
     max_batch_tokens: int | None = Field(default=None, description="override every card's token budget")
     request_timeout_s: float = Field(default=300.0, description="deadline given to each request")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("shoal_requests_total", "Requests answered", ["endpoint", "model", "code"])
@@ -52,23 +56,41 @@ ISOLATED = Counter(
     ["model"],
 )
 
-# operations (deploy/: Grafana dashboards, Prometheus alerts). Defined here; pending wiring, see docs/deployment.md.
-WORKER_UP = Gauge(
-    "shoal_worker_up", "1 while this process runs a worker loop (pending wiring: set in engine/cluster.py)"
-)
+# operations (deploy/: Grafana dashboards, Prometheus alerts)
+WORKER_UP = Gauge("shoal_worker_up", "1 while this process runs a worker loop (set by engine/cluster.py)")
 MODEL_PENDING = Gauge(
     "shoal_queue_model_pending",
-    "Tasks pending in the work stream per model (gateway; pending wiring: set next to shoal_queue_pending)",
+    "Tasks pending in the work stream per model (gateway, beside shoal_queue_pending)",
     ["model"],
 )
 BATCH_FILL = Histogram(
     "shoal_batch_fill_ratio",
-    "Real tokens of one forward batch over its token budget (pending wiring: observed next to shoal_batch_tokens)",
+    "Real tokens of one forward batch over its token budget",
     ["model"],
     buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0),
 )
 COMPUTED_TOKENS = Counter(
     "shoal_batch_computed_tokens_total",
-    "Token positions computed by forward batches, padding included (pending wiring: next to shoal_tokens_total)",
+    "Token positions computed by forward batches, padding included (packed batches: equal to the real tokens)",
     ["model"],
 )
+
+# where a request's time goes, from the engine's own timers (bench/roofline.py reads them)
+STAGES = ("decode", "tokenize", "batch", "forward", "postprocess", "serialise")
+STAGE_SECONDS = Counter(
+    "shoal_stage_seconds_total",
+    "Seconds spent per stage: decode (request body), tokenize, batch (packing), forward (backbone), "
+    "postprocess (heads, pooling, output shaping), serialise (response body)",
+    ["stage"],
+)
+
+
+@contextmanager
+def timed(stage: str) -> Iterator[None]:
+    """Add the block's wall time to shoal_stage_seconds_total{stage} (one counter update per block: use it
+    around batches and requests, never per token)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        STAGE_SECONDS.labels(stage).inc(time.perf_counter() - started)

@@ -22,11 +22,14 @@ from engine.metrics import QUEUE_DEPTH
 from engine.model.loaded import Loader
 from engine.model.loader import load
 from engine.model.memory import FaultInjector
+from engine.model.threads import apply_threads
 from engine.model.tokenizer import TextTokenizer, tokenizer_for
 from engine.queue.local import InProcessQueue
 from engine.queue.protocol import Result, WorkQueue
 from engine.residency.manager import ResidencyManager
+from engine.residency.store import device_kind, precision_summary
 from engine.tasks.annotate import encode_task, score_task
+from engine.tasks.extract import ExtractRequest, extract_task, parse_extract
 from engine.tasks.requests import EncodeRequest, ScoreRequest, parse_encode, parse_score
 from engine.tasks.task import Task
 from engine.worker.loop import Worker
@@ -74,10 +77,7 @@ class AsyncEngine(ModelCalls):
     async def start(self) -> AsyncEngine:
         if self.ready:
             return self
-        if self.settings.threads:
-            import torch
-
-            torch.set_num_threads(self.settings.threads)
+        self.threads = apply_threads(self.settings.threads)  # torch, tokenizer and event loop share the cores
         if self.queue is None and self.settings.queue_url:
             from engine.queue.nats.queue import NatsQueue  # distributed mode: nats-py is only needed here
 
@@ -123,6 +123,10 @@ class AsyncEngine(ModelCalls):
         check_task(card, "score")
         return score_task(card, parse_score(body, self.settings.max_items), self.settings, tenant)
 
+    def annotate_extract(self, model: str, body: Any, tenant: str | None = None) -> Task:
+        """Validate an extract body cheaply and make it a typed task (mode, labels, thresholds resolved)."""
+        return extract_task(self.card(model), parse_extract(body, self.settings.max_items), self.settings, tenant)
+
     async def submit(self, task: Task) -> Result:
         """Enqueue and wait for the worker's result, bounded by the task's deadline; adds the total time."""
         if not self.ready:
@@ -149,6 +153,9 @@ class AsyncEngine(ModelCalls):
         check_task(card, "score")
         return await self.submit(score_task(card, req, self.settings))
 
+    async def extract_request(self, model: str, req: ExtractRequest) -> Result:
+        return await self.submit(extract_task(self.card(model), req, self.settings))
+
     # -- SDK surface -------------------------------------------------------------------------------
 
     async def encode_body(self, model: str, body: Any) -> Result:
@@ -168,13 +175,24 @@ class AsyncEngine(ModelCalls):
         """Texts of token-id arrays of the model's own tokenizer."""
         return (await self.tokenizer(model)).decode(arrays)
 
+    async def extract_body(self, model: str, body: Any) -> Result:
+        """Extract from a wire body; returns the wire result {model, items, timing}."""
+        return await self.submit(self.annotate_extract(model, body))
+
     async def models(self) -> list[dict[str, Any]]:
-        """What /v1/models lists: each card, whether it is loaded, and its outputs."""
-        return [model_info(c, self.registry.is_loaded(c.id)) for c in self.catalogue.known()]
+        """What /v1/models lists: each card, whether it is loaded, its outputs, and its tuned precisions."""
+        return [self._info(c) for c in self.catalogue.known()]
 
     async def model(self, model: str) -> dict[str, Any]:
-        card = self.card(model)
-        return model_info(card, self.registry.is_loaded(card.id))
+        return self._info(self.card(model))
+
+    def _info(self, card: ModelCard) -> dict[str, Any]:
+        """model_info plus `precision`: the last `shoal tune` on this device kind (precision in use, and each
+        precision's gate figures), or None when the model was never tuned here."""
+        info = model_info(card, self.registry.is_loaded(card.id))
+        store, kind = self.registry.profiles, device_kind(self.settings.device)
+        info["precision"] = precision_summary(store.report(card.id, kind), store.get(card.id, kind))
+        return info
 
 
 @lru_cache(maxsize=8)
@@ -200,3 +218,7 @@ class Engine(SyncFacade[AsyncEngine]):
     def encode_body(self, model: str, body: Any) -> Result:
         """Encode a wire body; returns the wire result {model, items, timing}."""
         return self._run(self._core.encode_body(model, body))
+
+    def extract_body(self, model: str, body: Any) -> Result:
+        """Extract from a wire body; returns the wire result {model, items, timing}."""
+        return self._run(self._core.extract_body(model, body))

@@ -18,13 +18,13 @@ _NUMERIC_KINDS = "biuf"
 
 def _encode_numpy(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
-        arr = np.ascontiguousarray(obj)
+        arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)  # (keeps a 0-d array 0-d)
         return {
             b"nd": True,
             b"type": arr.dtype.str,
             b"kind": b"",
             b"shape": list(arr.shape),
-            b"data": arr.tobytes(),
+            b"data": arr.data.cast("B") if arr.size else b"",  # zero-copy: msgpack reads the buffer
         }
     if isinstance(obj, np.generic):
         return obj.item()

@@ -15,8 +15,8 @@ NEEDS = {  # step kind -> (engine task, output the model must list)
     "dense": ("encode", "dense"),
     "multivector": ("encode", "multivector"),
     "sparse": ("encode", "sparse"),
-    "entities": ("extract", None),
-    "classify": ("extract", None),
+    "entities": ("extract", "entities"),
+    "classify": ("extract", "classifications"),
 }
 
 
@@ -43,8 +43,10 @@ class Enricher:
         for step in self.cfg.steps:
             task, output = NEEDS[step.kind]
             info = listed.get(step.model)
-            if info is None:
+            if info is None:  # a local folder: probe it, then take the listing it now has (same info every run)
                 info = await self._probe(step)
+                listed = {m["name"]: m for m in await self.call("models")}
+                info = listed.get(step.model, info)
             if task not in info.get("tasks", []):
                 raise ConfigError(
                     f"step {step.kind!r}: model {step.model!r} cannot run {task!r} tasks "
@@ -65,6 +67,10 @@ class Enricher:
         from engine.errors import ShoalError
 
         try:
+            if NEEDS[step.kind][0] == "extract":
+                x = await self.call("extract", step.model, "probe", labels=step.labels[:1])
+                produced = "classifications" if x.get("classifications") else "entities"
+                return {"name": step.model, "tasks": ["extract"], "outputs": [produced], "dims": {}}
             r = await self.call("encode", step.model, "probe", output_types=["dense"])
         except ShoalError as e:
             raise ConfigError(f"step {step.kind!r}: model {step.model!r}: {e.code}: {e.message}") from e
@@ -95,9 +101,8 @@ class Enricher:
         async with self._slots:
             if step.kind in ("entities", "classify"):
                 items = [{"id": c.id, "text": c.text} for c in chunks]
-                results = await self.call(
-                    "extract", step.model, items, labels=step.labels, options=step.options or None
-                )
+                options = dict(step.options) | ({} if step.threshold is None else {"threshold": step.threshold})
+                results = await self.call("extract", step.model, items, labels=step.labels, options=options or None)
             else:
                 items = [{"id": c.id, "text": c.embed_text} for c in chunks]
                 results = await self.call(
@@ -123,4 +128,7 @@ def step_columns(step: Step, r: dict[str, Any]) -> dict[str, Any]:
             if e.get("score", 1.0) >= keep and e["text"] not in ents.setdefault(e["label"], []):
                 ents[e["label"]].append(e["text"])
         return {"entities": ents, "entity_tags": sorted(f"{k}:{t}" for k, v in ents.items() for t in v)}
-    return {"classes": [c["label"] for c in r.get("classifications", []) if c.get("score", 1.0) >= keep]}
+    found = [c for c in r.get("classifications", []) if c.get("score", 1.0) >= keep]  # best first
+    if not step.options.get("multi_label"):  # single-label: the best class (every label comes back, ranked)
+        found = found[:1]
+    return {"classes": [c["label"] for c in found]}

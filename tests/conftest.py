@@ -14,6 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from tests.helpers import LiveServer, make_tiny_bert, minilm_dir  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+pytest_plugins = ["tests.extract_support"]  # the tiny GLiNER fixtures
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,7 @@ GOOD = {
     "rerank": {"query": "capital of France", "documents": ["Bananas are yellow.", "Paris is the capital of France."]},
     "search": {"query": "pump maintenance", "top_k": 2},
     "embed": {"texts": ["hello world"], "dimensions": 64},
+    "extract_entities": {"texts": ["Ann works at Acme in Paris."], "labels": ["person", "organisation", "city"]},
 }
 BAD = {  # each violates the tool's JSON Schema
     "classify_taxonomy": [
@@ -53,6 +54,11 @@ BAD = {  # each violates the tool's JSON Schema
     ],
     "search": [{}, {"query": "q", "top_k": 1000}, {"query": "q", "mode": "fuzzy"}],
     "embed": [{"texts": "one"}, {"texts": [""]}, {"texts": ["a"], "is_query": "maybe"}],
+    "extract_entities": [
+        {"texts": ["a"]},
+        {"texts": ["a"], "labels": []},
+        {"texts": ["a"], "labels": ["x"], "threshold": 2},
+    ],
 }
 
 

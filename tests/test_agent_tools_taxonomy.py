@@ -112,7 +112,9 @@ def test_index_cache_is_bounded(engine: Any) -> None:
     trees = [{"name": f"t{k}", "children": [{"name": "cats"}, {"name": f"dogs {k}"}]} for k in range(4)]
 
     async def run(tree: dict[str, Any]) -> dict[str, Any]:
-        return await ctx.call("classify_taxonomy", {"texts": ["a kitten"], "taxonomy": tree})
+        from agent_tools.tools import call_tool
+
+        return await call_tool(ctx, "classify_taxonomy", {"texts": ["a kitten"], "taxonomy": tree})
 
     for tree in trees:
         asyncio.run(run(tree))

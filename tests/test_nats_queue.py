@@ -130,6 +130,41 @@ async def test_allow_list_and_locality(nats_url: str) -> None:
             await q.close()
 
 
+async def test_allow_listed_consumers_exist_at_start_and_show_the_backlog(nats_url: str) -> None:
+    """A worker with an allow-list creates its models' durable consumers at start-up, so an autoscaler reading
+    consumer lag (KEDA) sees a model's backlog before any worker of its pool has pulled; the gateway's
+    per-model pending gauge counts the same backlog."""
+    from prometheus_client import REGISTRY
+
+    from engine.queue.nats.subjects import consumer_name
+
+    models = ["a", "org/b"]
+    worker = await NatsQueue.connect(
+        EngineSettings(queue_url=nats_url, worker_models=models), gateway=False, worker=True
+    )
+    gw = await NatsQueue.connect(EngineSettings(queue_url=nats_url), gateway=True, worker=False)
+    stream = worker.settings.queue_stream
+    try:
+        names = {c.name for c in await worker.js.consumers_info(stream)}
+        assert names == {consumer_name(subject_token(m)) for m in models}
+        waiting = [asyncio.create_task(gw.submit(_task("org/b"))) for _ in range(3)]
+        await wait_published(gw, 3)
+        info = await worker.js.consumer_info(stream, consumer_name(subject_token("org/b")))
+        assert info.num_pending == 3 and info.num_ack_pending == 0  # lag, and nobody has pulled
+
+        def gauge() -> float | None:
+            return REGISTRY.get_sample_value("shoal_queue_model_pending", {"model": "org/b"})
+
+        await until(lambda: gauge() == 3, what="the gateway's per-model pending gauge reading 3")
+        for d in await worker.pull(prefer=[], max_tasks=10, max_tokens=1000, wait=0):
+            await d.ack({"items": [], "model": d.task.model})
+        await asyncio.gather(*waiting)
+        await until(lambda: gauge() == 0, what="the per-model pending gauge going back to 0")
+    finally:
+        for q in (gw, worker):
+            await q.close()
+
+
 async def test_payload_over_server_limit_is_413_and_pending_limit_503(nats_url: str) -> None:
     gw = await NatsQueue.connect(EngineSettings(queue_url=nats_url, queue_pending_limit=2), gateway=True, worker=False)
     assert gw.gateway is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import chain
 
 import torch
 import torch.nn.functional as F
@@ -36,12 +37,16 @@ class PackedBatch:
         type_ids: list[list[int]] | None = None,
         key_lengths: list[int] | None = None,
     ) -> PackedBatch:
-        lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int32)
+        # No Python loop over tokens: chain and torch.tensor walk the lists in C; positions are computed.
+        lengths = torch.tensor(list(map(len, seqs)), dtype=torch.int32)
         cu = torch.zeros(len(seqs) + 1, dtype=torch.int32)
         cu[1:] = torch.cumsum(lengths, 0)
-        ids = torch.tensor([t for s in seqs for t in s], dtype=torch.long)
-        positions = torch.cat([torch.arange(n) for n in lengths.tolist()])
-        types = torch.tensor([t for s in type_ids for t in s], dtype=torch.long) if type_ids else torch.zeros_like(ids)
+        ids = torch.tensor(list(chain.from_iterable(seqs)), dtype=torch.long)
+        starts = torch.repeat_interleave(cu[:-1].long(), lengths.long())  # [T] first token of each token's sequence
+        positions = torch.arange(ids.numel(), dtype=torch.long) - starts
+        types = (
+            torch.tensor(list(chain.from_iterable(type_ids)), dtype=torch.long) if type_ids else torch.zeros_like(ids)
+        )
         keys = None
         if key_lengths is not None and key_lengths != lengths.tolist():
             keys = torch.tensor(key_lengths, dtype=torch.int32).to(device)

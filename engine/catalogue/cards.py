@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engine.errors import InvalidInput
 
 TaskKind = Literal["encode", "score", "extract"]
-OutputType = Literal["dense", "sparse", "multivector", "score"]
+OutputType = Literal["dense", "sparse", "multivector", "score", "entities", "classifications"]
 Pooling = Literal["cls", "mean", "last"]
-Family = Literal["bert", "xlm_roberta", "modernbert", "qwen3", "llama"]
+Family = Literal["bert", "xlm_roberta", "modernbert", "qwen3", "llama", "gliner"]
 
 
 class WeightSource(BaseModel):
@@ -34,7 +34,10 @@ class Profile(BaseModel):
 
     max_batch_tokens: int = 8192
     max_batch_items: int = 256
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    dtype: Literal["float32", "float16", "bfloat16", "int8"] = Field(
+        default="float32",
+        description="precision; int8 quantises the linear layers (CPU). See engine/model/precision.py",
+    )
     lora: str | None = Field(
         default=None, description="LoRA adapter (a name in the card's `loras`) this profile applies"
     )
@@ -86,6 +89,33 @@ class ScoreSpec(BaseModel):
     no_token: str = "no"
 
 
+class ExtractSpec(BaseModel):
+    """How `extract` runs: GLiNER spans over word windows, or zero-shot classification by NLI entailment.
+
+    Any card with dense output also extracts (classifications by embedding similarity) without this section.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["gliner", "nli"] = "gliner"
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0, description="default minimum score of what is returned")
+    window_words: int | None = Field(
+        default=None, ge=8, description="gliner: words per window of a long text; None: the model's own max_len"
+    )
+    overlap_words: int = Field(default=48, ge=0, description="gliner: words two consecutive windows share")
+    template: str = Field(default="This example is {label}.", description="nli: the hypothesis a label fills")
+    entailment_label: int = Field(default=0, ge=0, description="nli: index of the entailment logit")
+    contradiction_label: int = Field(default=2, ge=0, description="nli: index of the contradiction logit")
+
+    @model_validator(mode="after")
+    def _check(self) -> ExtractSpec:
+        if "{label}" not in self.template:
+            raise ValueError("extract.template must contain '{label}'")
+        if self.kind == "nli" and self.entailment_label == self.contradiction_label:
+            raise ValueError("extract: entailment_label and contradiction_label must differ")
+        return self
+
+
 class ModelCard(BaseModel):
     """One model: what it is, where its weights are, what it computes and how to batch it."""
 
@@ -111,9 +141,18 @@ class ModelCard(BaseModel):
     multivector: MultivectorSpec | None = None
     sparse: SparseSpec | None = None
     score: ScoreSpec | None = None
+    extract: ExtractSpec | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ModelCard:
+        if self.family == "gliner":  # a GLiNER model only extracts entities
+            self.extract = self.extract or ExtractSpec()
+            if self.extract.kind != "gliner" or self.tasks != ["extract"]:
+                raise ValueError("a gliner card has tasks [extract] and an extract section of kind gliner")
+        elif self.extract is not None and self.extract.kind == "gliner":
+            raise ValueError(f"extract kind gliner needs family gliner, not {self.family}")
+        if self.extract is not None and "extract" not in self.tasks:
+            raise ValueError("a card with an extract section lists 'extract' in its tasks")
         if "multivector" in self.outputs and self.multivector is None:
             raise ValueError("outputs include multivector: the card needs a 'multivector' section")
         if "sparse" in self.outputs and self.sparse is None:
@@ -142,6 +181,8 @@ class ModelCard(BaseModel):
             heads["mlm" if self.sparse.kind == "splade" else "m3_sparse"] = {}
         if self.score is not None and self.score.kind in ("classifier", "yes_no"):
             heads[self.score.kind] = {}
+        if self.extract is not None and self.extract.kind == "nli":
+            heads["classifier"] = {}
         return heads
 
     def profile(self, name: str | None) -> Profile:

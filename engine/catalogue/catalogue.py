@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import ValidationError
@@ -101,6 +101,30 @@ def check_task(card: ModelCard, task: TaskKind) -> None:
         raise InvalidInput(f"model {card.id!r} does not support {task!r}; it supports {card.tasks}")
 
 
+ExtractMode = Literal["entities", "nli", "embedding"]
+
+
+def extract_mode(card: ModelCard) -> ExtractMode | None:
+    """How a card extracts: GLiNER entities, NLI zero-shot classes, or classes by embedding similarity (any
+    card with dense output); None when it cannot."""
+    if card.extract is not None:
+        return "entities" if card.extract.kind == "gliner" else "nli"
+    if "encode" in card.tasks and "dense" in card.outputs:
+        return "embedding"
+    return None
+
+
+def check_extract(card: ModelCard) -> ExtractMode:
+    """The card's extract mode, or 400 for a model that cannot extract."""
+    mode = extract_mode(card)
+    if mode is None:
+        raise InvalidInput(
+            f"model {card.id!r} cannot extract: it is not a GLiNER model, an NLI cross-encoder or a dense "
+            f"embedding model (it supports {card.tasks} with outputs {card.outputs})"
+        )
+    return mode
+
+
 def model_info(card: ModelCard, loaded: bool) -> dict[str, Any]:
     """What /v1/models and `shoal models` show for one card."""
     dims: dict[str, int] = {}
@@ -112,13 +136,20 @@ def model_info(card: ModelCard, loaded: bool) -> dict[str, Any]:
             dims["multivector"] = dim
     if card.sparse is not None and card.sparse.vocab_size:
         dims["sparse"] = card.sparse.vocab_size
+    tasks: list[str] = list(card.tasks)
+    outputs: list[str] = list(card.outputs)
+    mode = extract_mode(card)
+    if mode is not None:  # embedding cards classify too; extract results are entities or classifications
+        tasks += [] if "extract" in tasks else ["extract"]
+        produced = "entities" if mode == "entities" else "classifications"
+        outputs += [] if produced in outputs else [produced]
     return {
         "name": card.id,
         "description": card.description,
         "family": card.family,
-        "tasks": card.tasks,
+        "tasks": tasks,
         "inputs": ["text"],
-        "outputs": card.outputs,
+        "outputs": outputs,
         "dims": dims,
         "loaded": loaded,
         "state": "loaded" if loaded else "available",

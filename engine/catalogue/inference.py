@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engine.catalogue.cards import ModelCard, ScoreSpec, SparseSpec, WeightSource
+from engine.catalogue.cards import ExtractSpec, ModelCard, ScoreSpec, SparseSpec, WeightSource
 from engine.errors import ModelLoadFailed
 
 FAMILY_BY_MODEL_TYPE = {
@@ -70,6 +70,34 @@ def _pooling_from_st(folder: Path, model_id: str) -> tuple[str | None, bool]:
     return pooling, normalize
 
 
+def gliner_card(folder: Path, model_id: str) -> ModelCard:
+    """A card for a GLiNER checkpoint folder (gliner_config.json): entities, windows of the model's max_len."""
+    config = read_object(folder / "gliner_config.json")
+    encoder = config.get("encoder_config")
+    positions = int(encoder.get("max_position_embeddings") or 512) if isinstance(encoder, dict) else 512
+    return ModelCard(
+        id=model_id,
+        family="gliner",
+        description=f"local GLiNER checkpoint {folder}",
+        source=WeightSource(path=folder),
+        tasks=["extract"],
+        outputs=["entities"],
+        max_seq_len=positions,
+        extract=ExtractSpec(kind="gliner"),
+        profiles={"default": {"max_batch_tokens": max(8192, positions)}},
+    )
+
+
+def nli_spec(config: dict[str, Any]) -> ExtractSpec | None:
+    """Zero-shot classification by entailment when a classifier's labels name entailment and contradiction."""
+    labels = {str(v).lower(): int(k) for k, v in (config.get("id2label") or {}).items()}
+    if "entailment" in labels and "contradiction" in labels:
+        return ExtractSpec(
+            kind="nli", entailment_label=labels["entailment"], contradiction_label=labels["contradiction"]
+        )
+    return None
+
+
 def infer_card(folder: Path, model_id: str) -> ModelCard:
     """Build a card for a checkpoint folder: family from config.json, pooling from modules.json. A config
     with missing fields or wrong types is the model's load failure (502), naming the model, not the folder."""
@@ -81,6 +109,8 @@ def infer_card(folder: Path, model_id: str) -> ModelCard:
 
 
 def _infer(folder: Path, model_id: str) -> ModelCard:
+    if (folder / "gliner_config.json").is_file():
+        return gliner_card(folder, model_id)
     config = read_json(folder / "config.json", f"{model_id!r}: config.json")
     if not isinstance(config, dict):
         raise ModelLoadFailed(f"{model_id!r} has no config.json; it is not a transformers checkpoint")
@@ -99,9 +129,11 @@ def _infer(folder: Path, model_id: str) -> ModelCard:
     budget = max(8192, max_len)
     # the head follows the checkpoint's class: a classifier scores pairs, a masked LM is a SPLADE encoder
     arch = " ".join(str(a) for a in (config.get("architectures") or []))
-    tasks, outputs, score, sparse = ["encode"], ["dense"], None, None
+    tasks, outputs, score, sparse, extract = ["encode"], ["dense"], None, None, None
     if "ForSequenceClassification" in arch:
         tasks, outputs, score = ["score"], ["score"], ScoreSpec(kind="classifier")
+        extract = nli_spec(config)
+        tasks += ["extract"] if extract is not None else []
     elif "ForMaskedLM" in arch and pooling is None:
         outputs, sparse = ["sparse"], SparseSpec(kind="splade", vocab_size=int(config["vocab_size"]))
     return ModelCard(
@@ -118,5 +150,6 @@ def _infer(folder: Path, model_id: str) -> ModelCard:
         truncate=True,
         score=score,
         sparse=sparse,
+        extract=extract,
         profiles={"default": {"max_batch_tokens": budget}},
     )

@@ -12,6 +12,13 @@ from engine.errors import InvalidInput, ModelUnavailable
 
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*", "1_Dense/*", "2_Dense/*"]
 HUB_PATTERNS += ["colbert_linear.pt", "sparse_linear.pt"]  # BGE-M3 heads (plain tensors, read with weights_only)
+# GLiNER checkpoints ship a pickled state dict (read with weights_only) and a bi-encoder's labels tokenizer
+GLINER_PATTERNS = ["pytorch_model.bin", "labels_tokenizer/*"]
+
+
+def has_weights(folder: Path, card: ModelCard) -> bool:
+    """Whether a folder holds the card's weights: safetensors, or (GLiNER) its pytorch_model.bin."""
+    return any(folder.glob("*.safetensors")) or (card.family == "gliner" and (folder / "pytorch_model.bin").is_file())
 
 
 def _package_dir(package: str, subdir: str) -> Path | None:
@@ -22,7 +29,7 @@ def _package_dir(package: str, subdir: str) -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def _hf_cache_dir(repo: str, revision: str | None) -> Path | None:
+def _hf_cache_dir(card: ModelCard, repo: str, revision: str | None) -> Path | None:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
@@ -30,15 +37,16 @@ def _hf_cache_dir(repo: str, revision: str | None) -> Path | None:
         folder = Path(snapshot_download(repo, revision=revision, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError):
         return None
-    return folder if any(folder.glob("*.safetensors")) else None
+    return folder if has_weights(folder, card) else None
 
 
-def _hub_download(repo: str, revision: str | None) -> Path | str:
+def _hub_download(card: ModelCard, repo: str, revision: str | None) -> Path | str:
     """The downloaded folder, or why the download failed."""
     from huggingface_hub import snapshot_download
 
+    patterns = HUB_PATTERNS + (GLINER_PATTERNS if card.family == "gliner" else [])
     try:
-        return Path(snapshot_download(repo, revision=revision, allow_patterns=HUB_PATTERNS))
+        return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns))
     except Exception as e:  # noqa: BLE001 - any hub failure is one line of the unavailable message
         return f"hub download of {repo} (failed: {type(e).__name__})"
 
@@ -65,7 +73,7 @@ def resolve_weights(card: ModelCard, offline: bool | None = None, show_paths: bo
             return Path(src.path)
         tried.append(f"source.path {src.path if show_paths else '(a server folder)'} (missing)")
     if src.hf_repo:
-        found = _hf_cache_dir(src.hf_repo, src.revision)
+        found = _hf_cache_dir(card, src.hf_repo, src.revision)
         if found is not None:
             return found
         tried.append(f"Hugging Face cache for {src.hf_repo} (not cached)")
@@ -77,7 +85,7 @@ def resolve_weights(card: ModelCard, offline: bool | None = None, show_paths: bo
     if offline is None:
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
     if src.hf_repo and not offline:
-        got = _hub_download(src.hf_repo, src.revision)
+        got = _hub_download(card, src.hf_repo, src.revision)
         if isinstance(got, Path):
             return got
         tried.append(got)

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.client.chunks import in_chunks, merge_scores
+from engine.tasks.extract import build_extract_body
 from engine.tasks.requests import build_encode_body, build_score_body
 
 WIRE_DTYPES: dict[str, type[np.generic]] = {
@@ -29,6 +30,7 @@ WIRE_DTYPES: dict[str, type[np.generic]] = {
 Item = str | dict[str, Any]  # a text, or {"id", "text", "metadata"}
 EncodeResult = dict[str, Any]  # {"id"?, "dense": ndarray, "sparse": {"indices", "values"}, "multivector": ndarray}
 ScoreResult = dict[str, Any]  # {"model", "query_id"?, "scores": [{"item_id", "score", "rank"}], "timing"}
+ExtractResult = dict[str, Any]  # {"id", "entities": [{text, label, score, start, end}], "classifications", "data"}
 
 
 def _array(values: Any, dtype: str) -> npt.NDArray[Any]:
@@ -64,6 +66,10 @@ class ModelCalls(ABC):
     @abstractmethod
     async def score_body(self, model: str, body: Any) -> dict[str, Any]:
         """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
+
+    @abstractmethod
+    async def extract_body(self, model: str, body: Any) -> dict[str, Any]:
+        """Extract from a wire body; returns the wire result {model, items, timing}."""
 
     @abstractmethod
     async def models(self) -> list[dict[str, Any]]:
@@ -158,6 +164,48 @@ class ModelCalls(ABC):
             return [await self.score_body(model, body)]
 
         return merge_scores(await in_chunks(len(named), cap, self.stream_window, run))
+
+    @overload
+    async def extract(
+        self,
+        model: str,
+        items: Item,
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ExtractResult: ...
+
+    @overload
+    async def extract(
+        self,
+        model: str,
+        items: list[Item],
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> list[ExtractResult]: ...
+
+    async def extract(
+        self,
+        model: str,
+        items: Item | list[Item],
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ExtractResult | list[ExtractResult]:
+        """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
+        batch = items if isinstance(items, list) else [items]
+
+        async def run(start: int, stop: int) -> list[ExtractResult]:
+            body = build_extract_body(batch[start:stop], labels=labels, instruction=instruction, options=options)
+            got: list[ExtractResult] = (await self.extract_body(model, body))["items"]
+            return got
+
+        results = await in_chunks(len(batch), await self.item_cap(), self.stream_window, run)
+        return results if isinstance(items, list) else results[0]
 
 
 def _named(item: Item, index: int) -> dict[str, Any]:

@@ -86,6 +86,9 @@ class AsyncClient(ModelCalls):
     async def score_body(self, model: str, body: Any) -> dict[str, Any]:
         return await self._post(f"/v1/score/{model}", body)
 
+    async def extract_body(self, model: str, body: Any) -> dict[str, Any]:
+        return await self._post(f"/v1/extract/{model}", body)
+
     async def models(self) -> list[dict[str, Any]]:
         r = await self._send("GET", "/v1/models", headers={"Accept": JSON})
         return r.json()["models"]

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar, overload
 
-from engine.client.calls import EncodeResult, Item, ModelCalls, ScoreResult
+from engine.client.calls import EncodeResult, ExtractResult, Item, ModelCalls, ScoreResult
 from engine.client.http import AsyncClient
 from engine.errors import ShoalError
 
@@ -102,6 +102,43 @@ class SyncFacade(Generic[C]):
     ) -> ScoreResult:
         """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
         return self._run(self._core.score(model, query, items, instruction=instruction, options=options))
+
+    @overload
+    def extract(
+        self,
+        model: str,
+        items: Item,
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ExtractResult: ...
+
+    @overload
+    def extract(
+        self,
+        model: str,
+        items: list[Item],
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> list[ExtractResult]: ...
+
+    def extract(
+        self,
+        model: str,
+        items: Item | list[Item],
+        *,
+        labels: list[str] | None = None,
+        instruction: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> ExtractResult | list[ExtractResult]:
+        """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
+        kw: dict[str, Any] = {"labels": labels, "instruction": instruction, "options": options}
+        if isinstance(items, list):
+            return self._run(self._core.extract(model, items, **kw))
+        return self._run(self._core.extract(model, items, **kw))
 
     def models(self) -> list[dict[str, Any]]:
         """The model catalogue: one description per model."""

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from engine.tasks.requests import Item
+from pydantic import BaseModel, Field
 
 
 def _inline(node: Any, defs: dict[str, Any]) -> Any:
@@ -35,23 +33,6 @@ def request_body(model: type[BaseModel], *, msgpack: bool = True) -> dict[str, A
     if msgpack:
         content["application/msgpack"] = {"schema": schema}
     return {"requestBody": {"required": True, "content": content}}
-
-
-class ExtractParams(BaseModel):
-    """`params` of an extract request."""
-
-    model_config = ConfigDict(extra="allow")
-
-    labels: list[str] | None = Field(None, description="entity or class labels to look for")
-    instruction: str | None = None
-    options: dict[str, Any] | None = Field(None, description="e.g. {threshold: 0.5}")
-
-
-class ExtractBody(BaseModel):
-    """POST /v1/extract/{model}: items and the labels to find in them."""
-
-    items: list[Item]
-    params: ExtractParams | None = None
 
 
 class EmbeddingsBody(BaseModel):

@@ -7,11 +7,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from engine.catalogue.catalogue import check_task
-from engine.errors import InvalidInput
-from engine.http.bodies import ExtractBody, request_body
+from engine.http.bodies import request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, native_reply, read_body
-from engine.tasks.limits import check_labels, count_before_parsing
+from engine.tasks.extract import ExtractRequest
 from engine.tasks.requests import EncodeRequest, ScoreRequest
 
 STARTED = int(time.time())  # OpenAI's `created` for every model: when this server started
@@ -31,23 +29,12 @@ async def encode(model: str, request: Request) -> Response:
     return await native_reply(request, await engine_of(request).encode_body(model, await read_body(request)))
 
 
-@router.post("/v1/extract/{model:path}", openapi_extra=request_body(ExtractBody))
+@router.post("/v1/extract/{model:path}", openapi_extra=request_body(ExtractRequest))
 async def extract(model: str, request: Request) -> Response:
-    """No extraction model family exists yet: unknown models are 404, the others say they cannot extract
-    (after the request's limits, which hold for every extract request, are checked)."""
+    """Entities (GLiNER) or classifications (NLI, embeddings) of each item; 404 unknown model, 400 one that
+    cannot extract."""
     name_model(request, model)
-    body = await read_body(request)
-    engine = engine_of(request)
-    card = engine.card(model)
-    count_before_parsing(body, "items", engine.settings.max_items)
-    params = body.get("params") if isinstance(body, dict) else None
-    labels = params.get("labels") if isinstance(params, dict) else None
-    if labels is not None:
-        if not isinstance(labels, list):
-            raise InvalidInput("params.labels must be a list of strings")
-        check_labels(labels, engine.settings)
-    check_task(card, "extract")
-    raise InvalidInput(f"model {model!r} declares 'extract', but this version has no extraction runner")
+    return await native_reply(request, await engine_of(request).extract_body(model, await read_body(request)))
 
 
 @router.post("/v1/score/{model:path}", openapi_extra=request_body(ScoreRequest))

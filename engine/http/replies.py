@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from engine.errors import PayloadTooLarge, ShoalError
+from engine.metrics import timed
 from engine.runtime import AsyncEngine
 from engine.wire import BodyLimits, decode_body, encode_response, response_type
 
@@ -51,10 +52,11 @@ async def native_reply(request: Request, result: dict[str, Any]) -> Response:
     encoded off the event loop."""
     media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
     headers = timing_headers(result.get("timing", {}))
-    if len(result.get("items", ())) > OFFLOAD_ITEMS:
-        data = await asyncio.to_thread(encode_response, result, media)
-    else:
-        data = encode_response(result, media)
+    with timed("serialise"):
+        if len(result.get("items", ())) > OFFLOAD_ITEMS:
+            data = await asyncio.to_thread(encode_response, result, media)
+        else:
+            data = encode_response(result, media)
     return Response(data, media_type=media, headers=headers)
 
 
@@ -68,9 +70,10 @@ async def read_body(request: Request) -> Any:
         raise PayloadTooLarge(f"body of {len(raw):,} bytes is over the limit of {settings.max_body_bytes:,}")
     limits = BodyLimits(settings.max_body_depth, max(settings.max_body_list, settings.max_items))
     ctype = request.headers.get("content-type")
-    if len(raw) > settings.offload_bytes:
-        return await asyncio.to_thread(decode_body, raw, ctype, limits)
-    return decode_body(raw, ctype, limits)
+    with timed("decode"):
+        if len(raw) > settings.offload_bytes:
+            return await asyncio.to_thread(decode_body, raw, ctype, limits)
+        return decode_body(raw, ctype, limits)
 
 
 def engine_of(request: Request) -> AsyncEngine:

@@ -54,14 +54,16 @@ class CardHeads:
         if spec.normalize:
             x = l2_normalize(x)
         bounds = batch.cu_seqlens.tolist()
+        skip_ids = torch.tensor(sorted(skip), dtype=torch.long, device=batch.input_ids.device)
+        dropped = torch.isin(batch.input_ids, skip_ids)  # [T] skip-list tokens, one vectorised test
         out = []
         for seq, start, end in zip(seqs, bounds[:-1], bounds[1:], strict=True):
-            keep = torch.ones(end - start, dtype=torch.bool)
+            keep = torch.ones(end - start, dtype=torch.bool, device=x.device)
             if spec.skip_first:
                 keep[0] = False
             if skip and not seq.query:
-                keep &= torch.tensor([t not in skip for t in seq.ids])
-            out.append(x[start:end][keep.to(x.device)].cpu())
+                keep &= ~dropped[start:end]
+            out.append(x[start:end][keep].cpu())
         return out
 
     def sparse(self, hidden: Tensor, batch: PackedBatch) -> list[Sparse]:
@@ -97,6 +99,10 @@ class CardHeads:
         if spec.activation == "sigmoid":
             return torch.softmax(logits, dim=1)[:, spec.label].cpu()
         return logits[:, spec.label].cpu()
+
+    def logits(self, hidden: Tensor, batch: PackedBatch) -> Tensor:
+        """Every label's logit of each sequence from the classifier head (NLI: entailment, ...). -> [B, labels]."""
+        return self.modules["classifier"](hidden, batch).float().cpu()
 
 
 def maxsim_scores(query: Tensor, docs: list[Tensor]) -> list[float]:

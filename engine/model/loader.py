@@ -8,11 +8,13 @@ from typing import Any
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_weights
 from engine.model.checkpoint import FAMILIES, load_modules
+from engine.model.gliner_runtime import load_gliner
 from engine.model.heads import CardHeads
 from engine.model.loaded import LoadedModel, LoadSpec
 from engine.model.lora import AdapterCache
 from engine.model.packed import PackedModel
 from engine.model.precision import device_profile
+from engine.model.quantize import quantize_linears
 from engine.model.sequences import late_interaction
 from engine.model.tokenizer import TextTokenizer, load_tokenizer
 
@@ -21,6 +23,8 @@ def load_packed(spec: LoadSpec) -> PackedModel:
     """One of our backbones: build it and the card's heads, load the weights and the tokenizer."""
     card, folder = spec.card, spec.folder
     backbone, heads = load_modules(card.family, folder, spec.device, spec.precision.dtype, card.heads())
+    if spec.precision.quantized:
+        quantize_linears(backbone)
     config: Any = backbone.config  # every family's backbone carries its typed config
     max_len = min(card.max_seq_len, int(config.max_len))
     markers = card.multivector is not None and bool(card.multivector.query_marker or card.multivector.document_marker)
@@ -39,8 +43,9 @@ def load_packed(spec: LoadSpec) -> PackedModel:
 
 
 # family -> how to load it; every family built in engine/arch is a packed backbone. A model run by another
-# package (e.g. GLiNER) adds its family here with its own loader.
+# package adds its family here with its own loader.
 LOADERS: dict[str, Callable[[LoadSpec], LoadedModel]] = {family: load_packed for family in FAMILIES}
+LOADERS["gliner"] = load_gliner  # run by the `gliner` package, imported only when such a model loads
 
 
 def load(spec: LoadSpec) -> LoadedModel:
@@ -49,8 +54,14 @@ def load(spec: LoadSpec) -> LoadedModel:
 
 
 def load_model(
-    card: ModelCard, device: str = "cpu", offline: bool | None = None, adapters: AdapterCache | None = None
+    card: ModelCard,
+    device: str = "cpu",
+    offline: bool | None = None,
+    adapters: AdapterCache | None = None,
+    precision: str | None = None,
 ) -> PackedModel:
-    """Resolve the weights and load one of our backbones, outside residency (tests, tuning, benchmarks)."""
+    """Resolve the weights and load one of our backbones, outside residency (tests, tuning, benchmarks), in
+    `precision` when given (else the device's profile)."""
     cache = AdapterCache() if adapters is None else adapters
-    return load_packed(LoadSpec(card, resolve_weights(card, offline), device, device_profile(card, device), cache))
+    profile = device_profile(card, device, precision)
+    return load_packed(LoadSpec(card, resolve_weights(card, offline), device, profile, cache))

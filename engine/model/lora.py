@@ -19,6 +19,7 @@ from engine.arch.layers import PackedBatch
 from engine.catalogue.inference import read_json
 from engine.errors import ModelLoadFailed
 from engine.metrics import LORA_CACHE
+from engine.model.quantize import Int8Linear
 
 KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[\w-]+)?\.weight$")
 _STATE = threading.local()  # the adapter groups of the forward pass running on this thread
@@ -116,7 +117,8 @@ def install(backbone: nn.Module, adapter: Adapter) -> None:
             module = backbone.get_submodule(path)
         except AttributeError:
             raise ModelLoadFailed(f"LoRA adapter {adapter.name!r} targets {path!r}, which this model lacks") from None
-        if not isinstance(module, nn.Linear) or module.in_features != a.shape[1] or module.out_features != b.shape[0]:
+        linear = isinstance(module, nn.Linear | Int8Linear)  # an int8 profile's layers take the float delta alike
+        if not linear or module.in_features != a.shape[1] or module.out_features != b.shape[0]:
             raise ModelLoadFailed(f"LoRA adapter {adapter.name!r}: {path!r} shapes do not match the model")
         if not getattr(module, "_shoal_lora", False):
             module.register_forward_hook(_hook(path))

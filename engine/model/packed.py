@@ -7,6 +7,8 @@ packed forward pass with each sequence's LoRA adapter (`forward`), and apply the
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -16,10 +18,13 @@ from torch import Tensor, nn
 from engine.arch.layers import PackedBatch
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_adapter
+from engine.errors import InvalidInput
+from engine.metrics import timed
 from engine.model import lora, memory
 from engine.model.checkpoint import FAMILIES
 from engine.model.heads import CardHeads
-from engine.model.precision import DeviceProfile
+from engine.model.precision import DeviceProfile, device_profile, supported
+from engine.model.quantize import quantize_linears
 from engine.model.sequences import Encoded, LateInteraction
 from engine.model.tokenizer import TextTokenizer
 
@@ -83,9 +88,23 @@ class PackedModel:
         return next(self.backbone.parameters()).dtype
 
     def cast(self, dtype: torch.dtype) -> None:
-        """Change the precision of every module (tuning measures several)."""
+        """Change the dtype of every module's float tensors."""
         for module in self.modules():
             module.to(dtype)
+
+    def variant(self, precision: str) -> PackedModel:
+        """A copy of this (float32) model in another precision of its device, sharing the tokenizer and the
+        adapters: what the quality gate compares and tuning measures."""
+        profile = device_profile(self.card, self.device, precision)
+        if profile.name != precision:
+            raise InvalidInput(f"{self.device} cannot run precision {precision!r}; it runs {supported(self.device)}")
+        backbone = copy.deepcopy(self.backbone).to(profile.dtype)
+        modules = {name: copy.deepcopy(m).to(profile.dtype) for name, m in self.heads.modules.items()}
+        if profile.quantized:
+            quantize_linears(backbone)
+        heads = copy.copy(self.heads)
+        heads.modules = modules
+        return dataclasses.replace(self, backbone=backbone, heads=heads, precision=profile)
 
     # -- tokenising --------------------------------------------------------------------------------
 
@@ -126,17 +145,18 @@ class PackedModel:
         """Last hidden state of every token, each sequence through its own LoRA adapter (if any).
         -> [T, hidden] in the model's dtype, with the packed batch."""
         items = _encoded(seqs)
-        batch = self.pack(items)
+        with timed("batch"):
+            batch = self.pack(items)
         names = [s.lora for s in items]
         if self.mixed_adapters == "per_row" or len(set(names)) <= 1:
-            with lora.active(self._adapters(names), batch):
+            with lora.active(self._adapters(names), batch), timed("forward"):
                 return self.backbone(batch), batch
         bounds = batch.cu_seqlens.tolist()
         out: Tensor | None = None
         for name in dict.fromkeys(names):  # one forward per adapter, rows written back in place
             idx = [i for i, n in enumerate(names) if n == name]
             part = self.pack([items[i] for i in idx])
-            with lora.active(self._adapters([name] * len(idx)), part):
+            with lora.active(self._adapters([name] * len(idx)), part), timed("forward"):
                 hidden = self.backbone(part)
             if out is None:
                 out = hidden.new_empty((batch.num_tokens, hidden.shape[1]))

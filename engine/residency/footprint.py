@@ -50,15 +50,30 @@ def activation_reserve(config: dict[str, Any], max_batch_tokens: int, max_len: i
     return max_batch_tokens * per_token + heads * max_len * max_len * 4
 
 
+PICKLED = "pytorch_model.bin"  # GLiNER checkpoints (read with weights_only): no header to read, so its size counts
+
+
+def encoder_config(folder: Path) -> dict[str, Any]:
+    """config.json, or a GLiNER folder's encoder config (inside gliner_config.json); {} when neither is there."""
+    config = read_json(folder / "config.json")
+    if isinstance(config, dict):
+        return config
+    gliner = read_json(folder / "gliner_config.json")
+    encoder = gliner.get("encoder_config") if isinstance(gliner, dict) else None
+    return encoder if isinstance(encoder, dict) else {}
+
+
 def estimate(folder: Path, max_batch_tokens: int, max_len: int, dtype: torch.dtype) -> tuple[int, int]:
     """(tensor bytes, activation reserve) of a model before loading it."""
-    config = read_json(folder / "config.json")
-    config = config if isinstance(config, dict) else {}
-    return header_bytes(folder, dtype), activation_reserve(config, max_batch_tokens, max_len, dtype)
+    weights = header_bytes(folder, dtype)
+    if not weights and (folder / PICKLED).is_file():  # float32 on disk, scaled to the dtype it will take
+        weights = (folder / PICKLED).stat().st_size * torch.tensor([], dtype=dtype).element_size() // 4
+    return weights, activation_reserve(encoder_config(folder), max_batch_tokens, max_len, dtype)
 
 
 def disk_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in weight_files(folder))
+    pickled = [folder / PICKLED] if (folder / PICKLED).is_file() and not weight_files(folder) else []
+    return sum(f.stat().st_size for f in weight_files(folder) + pickled)
 
 
 def total_memory(device: str) -> int:

@@ -1,14 +1,14 @@
-"""Auto-tuned batch profiles: measure token budgets (and precisions) on this hardware; store the best per (model, device)."""
+"""Auto-tuned profiles: measure token budgets and precisions on this hardware; store the best per (model, device).
+
+A precision other than float32 is measured only once it has passed the quality gate (engine/residency/gate.py)
+against the same model in float32; the gate's figures are stored with the profile, and /v1/models and
+`shoal models` show them.
+"""
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import re
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,45 +19,21 @@ from engine.config import EngineSettings
 from engine.model.loader import load_model
 from engine.model.packed import PackedModel
 from engine.model.packing import pack_by_budget
-from engine.model.precision import DTYPES, dtype_name, profile_slot
+from engine.model.precision import available, profile_slot
+from engine.residency.gate import GateSet, run_gate
+from engine.residency.store import ProfileStore, device_kind, precision_summary
 
+__all__ = [
+    "BUDGETS",
+    "ProfileStore",
+    "apply_profile",
+    "device_kind",
+    "precision_summary",
+    "quick_tune",
+    "tune",
+    "tune_model",
+]
 BUDGETS = (1024, 2048, 4096, 8192, 16384, 32768)
-
-
-def device_kind(device: str) -> str:
-    """What the profile store keys hardware by: 'cpu', or the CUDA device's name ('cuda-nvidia-h200')."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        name = torch.cuda.get_device_name(torch.device(device))
-        return "cuda-" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return "cpu"
-
-
-class ProfileStore:
-    """A JSON file of tuned profiles keyed '<model>@<device kind>'; writes are atomic."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path).expanduser()
-        self._lock = threading.Lock()
-
-    def _read(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def get(self, model: str, kind: str) -> Profile | None:
-        entry = self._read().get(f"{model}@{kind}")
-        return Profile.model_validate(entry["profile"]) if entry else None
-
-    def put(self, model: str, kind: str, profile: Profile, report: dict[str, Any]) -> None:
-        with self._lock:
-            data = self._read()
-            data[f"{model}@{kind}"] = {"profile": profile.model_dump(exclude_none=True), "report": report}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(data, indent=2))
-            tmp.replace(self.path)
 
 
 def apply_profile(card: ModelCard, profile: Profile, device: str) -> ModelCard:
@@ -107,36 +83,40 @@ def tune(
     dtypes: list[str] | None = None,
     latency_ms: float = 500.0,
     requests: int = 256,
-) -> tuple[Profile, list[dict[str, Any]]]:
-    """Measure every (dtype, budget) and pick the fastest whose p99 batch latency is under `latency_ms`
-    (the smallest budget within 5% of it, for latency); falls back to the lowest-latency setting."""
+    gate_set: GateSet | None = None,
+) -> tuple[Profile, list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Gate every precision against `loaded` (float32), measure every (precision, budget) that passed, and pick
+    the fastest whose p99 batch latency is under `latency_ms` (the smallest budget within 5% of it, for
+    latency); falls back to the lowest-latency setting. -> (profile, grid rows, gate figures per precision).
+
+    `dtypes` defaults to every precision the device offers; a model loaded in another precision than float32
+    can be tuned only in its own precision, ungated (the first-load quick tune)."""
     max_len = loaded.tokenizer.max_len
-    cuda = loaded.device.startswith("cuda")
     budgets = sorted({b for b in (budgets or BUDGETS) if b >= max_len} or {max_len})
-    if dtypes is None:
-        dtypes = ["float32", "float16"] + (["bfloat16"] if cuda and torch.cuda.is_bf16_supported() else [])
-        dtypes = dtypes if cuda else ["float32"]
+    names = dtypes or available(loaded.device)
     seqs = synthetic_workload(loaded.vocab_size, max_len, requests)
     max_items = loaded.precision.profile.max_batch_items
-    original = loaded.dtype
     rows: list[dict[str, Any]] = []
-    try:
-        for name in dtypes:
-            loaded.cast(DTYPES[name])
-            for budget in budgets:
-                rows.append({"dtype": name, "max_batch_tokens": budget, **measure(loaded, seqs, budget, max_items)})
-    finally:
-        loaded.cast(original)
+    gates: dict[str, dict[str, Any]] = {}
+    for name in names:
+        model = loaded if name == loaded.precision.name else loaded.variant(name)
+        if name != "float32" and loaded.precision.name == "float32":
+            result = run_gate(loaded, model, gate_set)
+            gates[name] = result.as_dict()
+            if not result.passed:
+                continue  # never offered: not worth measuring
+        for budget in budgets:
+            rows.append({"dtype": name, "max_batch_tokens": budget, **measure(model, seqs, budget, max_items)})
     ok = [r for r in rows if r["p99_ms"] <= latency_ms] or [min(rows, key=lambda r: r["p99_ms"])]
     best_speed = max(r["tokens_per_s"] for r in ok)
     best = min((r for r in ok if r["tokens_per_s"] >= 0.95 * best_speed), key=lambda r: r["max_batch_tokens"])
     profile = Profile(max_batch_tokens=best["max_batch_tokens"], max_batch_items=max_items, dtype=best["dtype"])
-    return profile, rows
+    return profile, rows, gates
 
 
 def quick_tune(loaded: PackedModel, store: ProfileStore) -> Profile:
     """A short tune on a model's first load on new hardware (budgets only, small workload); stored."""
-    profile, rows = tune(loaded, budgets=[2048, 8192, 16384], dtypes=[dtype_name(loaded.dtype)], requests=64)
+    profile, rows, _ = tune(loaded, budgets=[2048, 8192, 16384], dtypes=[loaded.precision.name], requests=64)
     store.put(loaded.card.id, device_kind(loaded.device), profile, {"auto": True, "grid": rows})
     return profile
 
@@ -149,11 +129,12 @@ def tune_model(
     latency_ms: float = 500.0,
     requests: int = 256,
 ) -> dict[str, Any]:
-    """`shoal tune`: load the model, tune it on this hardware, store the winner; returns the report."""
+    """`shoal tune`: load the model in float32, gate and measure its precisions on this hardware, store the
+    winner with the gate figures; returns the report."""
     card = Catalogue(settings.model_dir).get(model)
-    loaded = load_model(card, settings.device, settings.offline)
-    profile, rows = tune(loaded, budgets, dtypes, latency_ms, requests)
+    loaded = load_model(card, settings.device, settings.offline, precision="float32")
+    profile, rows, gates = tune(loaded, budgets, dtypes, latency_ms, requests)
     kind = device_kind(settings.device)
-    report = {"latency_ms": latency_ms, "requests": requests, "grid": rows}
+    report = {"latency_ms": latency_ms, "requests": requests, "grid": rows, "gates": gates}
     ProfileStore(settings.profile_store).put(card.id, kind, profile, report)
     return {"model": card.id, "device": kind, "profile": profile.model_dump(exclude_none=True), **report}

@@ -59,7 +59,28 @@ class ScoreParams(BaseModel):
     adapter: str | None = None
 
 
-TaskParams = Annotated[EncodeParams | ScoreParams, Field(discriminator="kind")]
+class ExtractParams(BaseModel):
+    """How to extract: the mode the card runs in, the labels and the resolved thresholds and switches.
+
+    `hypotheses` holds one text per label: the NLI hypothesis (nli) or the label's description (embedding).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["extract"] = "extract"
+    mode: Literal["entities", "nli", "embedding"]
+    labels: tuple[str, ...]
+    threshold: float
+    flat_ner: bool = True
+    multi_label: bool = False
+    hypotheses: tuple[str, ...] = ()
+    prefix: str = ""  # embedding: the instruction or card document prefix of the items
+    label_prefix: str = ""  # embedding: the card's query prefix of the label descriptions
+    temperature: float = 0.05  # embedding, single-label: softmax over cosine / temperature
+    truncate: bool = True  # nli, embedding: over-long items are truncated (GLiNER windows them instead)
+
+
+TaskParams = Annotated[EncodeParams | ScoreParams | ExtractParams, Field(discriminator="kind")]
 
 
 class Task(BaseModel):

@@ -9,6 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from engine.arch.layers import PackedBatch
+from engine.metrics import timed
 from engine.model.packed import PackedModel
 from engine.model.packing import pack_by_budget
 from engine.model.sequences import Encoded
@@ -34,7 +35,9 @@ def run_packed(
     for batch in pack_by_budget([len(s.ids) for s in seqs], limits.max_tokens, limits.max_items):
         group = [seqs[i] for i in batch]
         hidden, packed = model.forward(group)  # [T, hidden]
-        for name, values in read(hidden, packed, group).items():
+        with timed("postprocess"):
+            values_by_output = read(hidden, packed, group)
+        for name, values in values_by_output.items():
             out = produced.setdefault(name, [None] * len(seqs))
             for i, value in zip(batch, values, strict=True):
                 out[i] = value

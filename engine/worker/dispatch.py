@@ -13,18 +13,20 @@ from functools import partial
 from typing import Any
 
 from engine.errors import InternalError, InvalidInput, ShoalError
+from engine.metrics import STAGE_SECONDS
 from engine.model.loaded import LoadedModel
 from engine.queue.protocol import Result
 from engine.tasks.task import Task
 from engine.worker.batching import BatchLimits
 from engine.worker.handlers.base import TaskHandler
 from engine.worker.handlers.encode import EncodeHandler
+from engine.worker.handlers.extract import ExtractHandler
 from engine.worker.handlers.score import ScoreHandler
 
 Outcome = Result | ShoalError
 KindHook = Callable[[str, int, int], None]  # (task kind, items, tokens) of each forward batch
 
-HANDLERS: dict[str, TaskHandler[Any, Any]] = {h.kind: h for h in (EncodeHandler(), ScoreHandler())}
+HANDLERS: dict[str, TaskHandler[Any, Any]] = {h.kind: h for h in (EncodeHandler(), ScoreHandler(), ExtractHandler())}
 
 
 def run_tasks(
@@ -56,6 +58,7 @@ def run_tasks(
             except Exception as e:  # noqa: BLE001 - a task its handler cannot even prepare fails alone
                 outcomes[i] = InternalError(f"{kind} task could not be prepared: {type(e).__name__}: {e}")
         prepared = time.perf_counter()
+        STAGE_SECONDS.labels("tokenize").inc(prepared - started)
         results = handler.run(
             model,
             [(tasks[i], p) for i, p in ready],

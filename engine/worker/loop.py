@@ -14,7 +14,7 @@ import torch
 
 from engine.config import EngineSettings
 from engine.errors import DeadlineExceeded, InternalError, ResourceExhausted, ShoalError
-from engine.metrics import BATCH_TOKENS, ITEMS, QUEUE_WAIT, TOKENS
+from engine.metrics import BATCH_FILL, BATCH_TOKENS, COMPUTED_TOKENS, ITEMS, QUEUE_WAIT, TOKENS
 from engine.model.memory import FaultInjector
 from engine.model.precision import device_profile
 from engine.queue.protocol import Delivery, WorkQueue
@@ -46,13 +46,18 @@ class WorkerStats:
     tokens: int = 0
     recent: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=WINDOW))
 
-    def record(self, model: str, kind: str, items: int, tokens: int) -> None:
+    def record(self, model: str, kind: str, items: int, tokens: int, *, budget: int | None = None) -> None:
+        """One forward batch of `tokens` real tokens under a token budget (packed: every computed position is
+        a real token, so computed tokens equal real tokens)."""
         self.recent.append(BatchRecord(model, kind, items, tokens))
         self.batches += 1
         self.items += items
         self.tokens += tokens
         BATCH_TOKENS.labels(model).observe(tokens)
         TOKENS.labels(model).inc(tokens)
+        COMPUTED_TOKENS.labels(model).inc(tokens)
+        if budget:
+            BATCH_FILL.labels(model).observe(min(1.0, tokens / budget))
         ITEMS.labels(model, kind).inc(items)
 
 
@@ -121,9 +126,9 @@ class Worker:
             async with self.registry.use(model, self.settings.load_wait_s) as loaded:  # not evicted while held
                 profile = loaded.precision.profile
                 budget = max(self.settings.max_batch_tokens or profile.max_batch_tokens, loaded.max_len)
-                count = partial(self.stats.record, model)  # (kind, items, tokens) of each forward batch
 
                 def run(tasks: list[Task], tokens: int) -> list[Outcome]:
+                    count = partial(self.stats.record, model, budget=tokens)  # (kind, items, tokens) of each batch
                     return run_tasks(loaded, tasks, BatchLimits(tokens, profile.max_batch_items), count, now)
 
                 async def resilient(tasks: list[Task]) -> list[Outcome]:

@@ -39,17 +39,46 @@ COLUMNS: list[Column] = [
     Column("outputs", _outputs),
     Column("max len", lambda i: str(i["max_sequence_length"])),
     Column("weights", lambda i: str(i["weights"]["source"])),
+    Column("precisions", lambda i: precision_cell(i.get("precision"))),
 ]
-LEGEND = "weights: package, hf-cache or path = on this machine; hub = downloaded on first use; missing = not here."
+LEGEND = (
+    "weights: package, hf-cache or path = on this machine; hub = downloaded on first use; missing = not here. "
+    "precisions: those that passed the quality gate in the last `shoal tune` on this device, * the one in use."
+)
 
 
-def catalogue_infos(model_dir: Path | None = None, offline: bool | None = None) -> list[Info]:
-    """Every card's info (as /v1/models gives it) plus where its weights are."""
+def precision_cell(summary: Info | None) -> str:
+    """'int8* (cos 0.9937, nDCG -0.000), float32; bfloat16 failed': * marks the one in use."""
+    if summary is None:
+        return "not tuned"
+    cells = []
+    for p in summary["precisions"]:
+        mark = "*" if p["precision"] == summary["selected"] else ""
+        figures = f" (cos {p['mean_cosine']:.4f}, nDCG -{p['ndcg_drop']:.3f})" if "mean_cosine" in p else ""
+        cells.append(f"{p['precision']}{mark}{figures}" + (" failed" if p["passed"] is False else ""))
+    return ", ".join(cells)
+
+
+def catalogue_infos(
+    model_dir: Path | None = None,
+    offline: bool | None = None,
+    device: str = "cpu",
+    store: Path | None = None,
+) -> list[Info]:
+    """Every card's info (as /v1/models gives it), where its weights are, and the precisions `shoal tune`
+    recorded for it on this kind of device."""
     from engine.catalogue.availability import weights_status
     from engine.catalogue.catalogue import Catalogue, model_info
+    from engine.config import EngineSettings
+    from engine.residency.store import ProfileStore, device_kind, precision_summary
 
-    cat = Catalogue(model_dir)
-    return [{**model_info(c, False), "weights": weights_status(c, offline).to_dict()} for c in cat.known()]
+    profiles, kind = ProfileStore(store or EngineSettings().profile_store), device_kind(device)
+    out = []
+    for c in Catalogue(model_dir).known():
+        info = {**model_info(c, False), "weights": weights_status(c, offline).to_dict()}
+        info["precision"] = precision_summary(profiles.report(c.id, kind), profiles.get(c.id, kind))
+        out.append(info)
+    return out
 
 
 def render_table(infos: list[Info], width: int = 80) -> None:
@@ -71,9 +100,12 @@ def render_table(infos: list[Info], width: int = 80) -> None:
 def models(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
     model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
+    device: Annotated[str, typer.Option(help="show the precisions `shoal tune` recorded for this device")] = "cpu",
+    store: Annotated[Path | None, typer.Option(help="profile store (default ~/.cache/shoal/profiles.json)")] = None,
 ) -> None:
-    """List the model catalogue: tasks, outputs, max length, and where each model's weights are."""
-    infos = catalogue_infos(model_dir)
+    """List the model catalogue: tasks, outputs, max length, where each model's weights are, and the precisions
+    that passed the quality gate in the last `shoal tune` on this device."""
+    infos = catalogue_infos(model_dir, device=device, store=store)
     if as_json:
         print(json.dumps(infos, indent=2))
         return

@@ -209,14 +209,18 @@ def tune(
     model: Annotated[str, typer.Argument(help="catalogue id or local checkpoint folder")],
     device: Annotated[str, typer.Option(help="cpu or cuda[:N]")] = "cpu",
     budgets: Annotated[str | None, typer.Option(help="token budgets to try, comma-separated")] = None,
-    dtypes: Annotated[str | None, typer.Option(help="precisions to try (CUDA), comma-separated")] = None,
+    dtypes: Annotated[
+        str | None,
+        typer.Option(help="precisions to try, comma-separated (default: all this device offers, see README)"),
+    ] = None,
     latency_ms: Annotated[float, typer.Option(help="largest acceptable p99 batch latency")] = 500.0,
     requests: Annotated[int, typer.Option(help="synthetic inputs in the workload")] = 256,
     store: Annotated[Path | None, typer.Option(help="profile store (default ~/.cache/shoal/profiles.json)")] = None,
     model_dir: ModelDir = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
-    """Measure token budgets (and precisions) on this hardware; store the best profile for (model, device)."""
+    """Gate each precision against float32, measure token budgets and the precisions that passed on this hardware;
+    store the best profile for (model, device) with the gate figures."""
     from rich.console import Console
     from rich.table import Table
 
@@ -236,4 +240,12 @@ def tune(
         table.add_row(*row, f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}")
     console = Console()
     console.print(table)
+    if report["gates"]:
+        gates = Table(title="quality gate against float32 (mean cosine >= 0.99, nDCG@10 drop <= 0.01)")
+        for col in ("precision", "mean cosine", "min cosine", "nDCG@10", "float32 nDCG@10", "result"):
+            gates.add_column(col)
+        for name, g in report["gates"].items():
+            figures = (f"{g['mean_cosine']:.4f}", f"{g['min_cosine']:.4f}", f"{g['ndcg_at_10']:.4f}")
+            gates.add_row(name, *figures, f"{g['reference_ndcg_at_10']:.4f}", "passed" if g["passed"] else "failed")
+        console.print(gates)
     console.print(f"stored profile {report['profile']} in {settings.profile_store}")

@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 from engine.aio import cancel_and_wait
 from engine.config import EngineSettings
 from engine.errors import InternalError, PayloadTooLarge, QueueFull, error_from_code
-from engine.metrics import QUEUE_DUPLICATES, QUEUE_PENDING
+from engine.metrics import MODEL_PENDING, QUEUE_DUPLICATES, QUEUE_PENDING
 from engine.queue.nats.connection import NATS_ERRORS
 from engine.queue.nats.dead import on_max_deliveries
 from engine.queue.nats.subjects import BELL, MAX_DELIVERIES, WORK, subject_token
@@ -34,6 +34,7 @@ class GatewaySide:
         self._waiting: dict[str, asyncio.Future[Result]] = {}
         self._pending = 0
         self._published = 0  # publishes so far; tells a pending-count refresh that raced one
+        self._models: dict[str, str] = {}  # subject token -> model id of every model submitted (catalogue-bounded)
         self._inbox = ""
         self._bg: list[asyncio.Task[None]] = []
 
@@ -49,6 +50,7 @@ class GatewaySide:
         if self._pending >= limit:
             raise QueueFull(f"{self._pending} tasks are pending (limit {limit}); retry later", retry_after=1.0)
         token = subject_token(task.model)
+        self._models.setdefault(token, task.model)
         data = packb({"task": task.to_wire(), "reply": f"{self._inbox}.{task.id}"})
         if len(data) > self.nc.max_payload:
             raise PayloadTooLarge(f"the request is {len(data)} bytes, over the queue's limit of {self.nc.max_payload}")
@@ -92,16 +94,20 @@ class GatewaySide:
             future.set_result(body["result"])
 
     async def _watch_pending(self) -> None:
-        """Refresh the cached pending count that submit checks (one cheap stream-info call per period)."""
+        """Refresh the cached pending count that submit checks, and the per-model counts (one stream-info call
+        with per-subject counts per period)."""
         stream = self.settings.queue_stream
         while True:
             with contextlib.suppress(*NATS_ERRORS):
                 published = self._published
-                info = await self.js.stream_info(stream)
+                info = await self.js.stream_info(stream, subjects_filter=f"{WORK}.>")
                 # a publish that landed while we asked is not in this answer: never count it out
                 stale = self._published != published
                 self._pending = max(self._pending, info.state.messages) if stale else info.state.messages
                 QUEUE_PENDING.labels(stream).set(self._pending)
+                per_subject = info.state.subjects or {}
+                for token, model in self._models.items():
+                    MODEL_PENDING.labels(model).set(per_subject.get(f"{WORK}.{token}", 0))
                 self.refreshes += 1
             await asyncio.sleep(self.settings.queue_pending_refresh_s)
 

@@ -46,7 +46,11 @@ class WorkerSide:
         self._bg: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
+        """Listen for the bell, and create the durable consumers of the allow-listed models now, so that an
+        autoscaler reading consumer lag (KEDA) sees their backlog before this pool has ever pulled."""
         await self.nc.subscribe(f"{BELL}.>", cb=self._on_bell)
+        for model in self.settings.worker_models or []:
+            await self._consumer(subject_token(model))
         self._bg.append(asyncio.create_task(self._keep_alive(), name="shoal-nats-keepalive"))
 
     @property

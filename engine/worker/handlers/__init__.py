@@ -1,1 +1,1 @@
-"""Task handlers, one per task kind (encode, score); the worker dispatches through their table."""
+"""Task handlers, one per task kind (encode, score, extract); the worker dispatches through their table."""

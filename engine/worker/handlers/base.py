@@ -22,7 +22,7 @@ class TaskHandler(ABC, Generic[M, P]):
     a new handler and one table entry, with no change to the worker loop."""
 
     kind: ClassVar[TaskKind]
-    model_type: ClassVar[type]  # the LoadedModel class it runs on (ours, or another package's runtime)
+    model_type: ClassVar[type | tuple[type, ...]]  # the LoadedModel class(es) it runs on (ours, or another package's)
 
     @abstractmethod
     def prepare(self, model: M, task: Task) -> P:

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from engine.arch.layers import PackedBatch
+from engine.metrics import timed
 from engine.model.packed import PackedModel
 from engine.model.sequences import Encoded
 from engine.queue.protocol import Result
@@ -53,10 +54,11 @@ class EncodeHandler(TaskHandler[PackedModel, list[Encoded]]):
 
         produced = run_packed(model, seqs, limits, read, on_batch)
         results, start = [], 0
-        for task, encoded in work:
-            mine = slice(start, start + len(encoded))
-            start += len(encoded)
-            results.append(self._shape(model, task, {k: v[mine] for k, v in produced.items()}, encoded))
+        with timed("postprocess"):
+            for task, encoded in work:
+                mine = slice(start, start + len(encoded))
+                start += len(encoded)
+                results.append(self._shape(model, task, {k: v[mine] for k, v in produced.items()}, encoded))
         return results
 
     @staticmethod

@@ -1,0 +1,46 @@
+"""One thread budget for torch, the tokenizer and the event loop, so they do not oversubscribe the cores.
+
+A worker tokenises a batch and then runs its forward pass on the same thread, one after the other, so the
+tokenizer's pool and torch's intra-op pool never run at once and may both use the budget. torch's inter-op
+pool is not used by eager inference and is set to one thread. The event loop thread only parses and
+serialises requests while a forward pass runs; it takes no thread of its own from the budget (measured: the
+HTTP stage timers stay under 1% of a busy worker's time, see bench/roofline.py).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import suppress
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """What `apply_threads` set: torch intra-op and inter-op threads, the tokenizer's pool size."""
+
+    torch_threads: int
+    interop_threads: int
+    tokenizer_threads: int
+
+
+def cpu_budget() -> int:
+    """Cores this process may run on (its CPU affinity, which containers narrow), at least one."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def apply_threads(threads: int | None) -> ThreadPlan:
+    """Size every pool to `threads` (default: the cores this process may use). The tokenizer's pool
+    (RAYON_NUM_THREADS) is sized only when the user has not, and takes effect before its first parallel use;
+    TOKENIZERS_PARALLELISM=false still turns it off."""
+    n = threads or cpu_budget()
+    torch.set_num_threads(n)
+    if torch.get_num_interop_threads() != 1:
+        with suppress(RuntimeError):  # already started by earlier parallel work in this process: leave it
+            torch.set_num_interop_threads(1)
+    os.environ.setdefault("RAYON_NUM_THREADS", str(n))
+    return ThreadPlan(torch.get_num_threads(), torch.get_num_interop_threads(), int(os.environ["RAYON_NUM_THREADS"]))

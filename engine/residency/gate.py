@@ -1,0 +1,181 @@
+"""The quality gate a reduced-precision profile passes before it is offered for a model.
+
+The candidate runs the shipped gate set (data/gate.jsonl: 64 passages on 16 topics, four close ones per
+topic, and 128 queries that each name the one passage answering them) next to the same model in float32:
+
+- mean cosine between the candidate's and float32's outputs over every text, at least MIN_COSINE (dense
+  vectors; SPLADE vocabulary weights; token vectors, token by token; a cross-encoder's scores over all
+  pairs, each side centred on its mean, i.e. their correlation);
+- nDCG@10 of the queries over the passages (an embedder retrieves from all 64; a cross-encoder re-ranks the
+  eight passages of the query's topic and the next one) drops by at most MAX_NDCG_DROP.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from engine.errors import InvalidInput
+from engine.model.heads import maxsim_scores
+from engine.model.packed import PackedModel
+from engine.model.packing import pack_by_budget
+from engine.model.sequences import Encoded
+
+GATE_SET = Path(__file__).parent / "data" / "gate.jsonl"
+MIN_COSINE = 0.99
+MAX_NDCG_DROP = 0.01
+TOKEN_BUDGET = 4096
+
+
+@dataclass(frozen=True)
+class GateSet:
+    """Passages, queries, and for each query the indices of its relevant passages."""
+
+    passage_ids: list[str]
+    passages: list[str]
+    queries: list[str]
+    relevant: list[frozenset[int]]
+
+    def topic(self, passage: int) -> str:
+        return self.passage_ids[passage].rsplit("-", 1)[0]
+
+
+def load_gate_set(path: Path = GATE_SET) -> GateSet:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    passages = [r for r in rows if r["kind"] == "passage"]
+    index = {r["id"]: i for i, r in enumerate(passages)}
+    queries = [r for r in rows if r["kind"] == "query"]
+    relevant = [frozenset(index[p] for p in q["relevant"]) for q in queries]
+    return GateSet([r["id"] for r in passages], [r["text"] for r in passages], [q["text"] for q in queries], relevant)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One precision's figures against float32 on the gate set."""
+
+    precision: str
+    mean_cosine: float
+    min_cosine: float
+    ndcg: float
+    reference_ndcg: float
+
+    @property
+    def ndcg_drop(self) -> float:
+        return self.reference_ndcg - self.ndcg
+
+    @property
+    def passed(self) -> bool:
+        return self.mean_cosine >= MIN_COSINE and self.ndcg_drop <= MAX_NDCG_DROP
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "precision": self.precision,
+            "passed": self.passed,
+            "mean_cosine": round(self.mean_cosine, 6),
+            "min_cosine": round(self.min_cosine, 6),
+            "ndcg_at_10": round(self.ndcg, 6),
+            "reference_ndcg_at_10": round(self.reference_ndcg, 6),
+            "ndcg_drop": round(self.ndcg_drop, 6),
+            "thresholds": {"min_mean_cosine": MIN_COSINE, "max_ndcg_drop": MAX_NDCG_DROP},
+        }
+
+
+def ndcg_at_10(scores: Tensor, relevant: list[frozenset[int]], candidates: list[list[int]] | None = None) -> float:
+    """Mean nDCG@10 with binary relevance. scores: [Q, P] (over `candidates[q]` when given)."""
+    total = 0.0
+    for q, rel in enumerate(relevant):
+        pool = candidates[q] if candidates is not None else list(range(scores.shape[1]))
+        order = sorted(range(len(pool)), key=lambda i: -float(scores[q, i]))[:10]
+        dcg = sum(1.0 / math.log2(rank + 2) for rank, i in enumerate(order) if pool[i] in rel)
+        ideal = sum(1.0 / math.log2(rank + 2) for rank in range(min(10, len(rel))))
+        total += dcg / ideal
+    return total / len(relevant)
+
+
+def run_gate(reference: PackedModel, candidate: PackedModel, data: GateSet | None = None) -> GateResult:
+    """The candidate's gate figures against the float32 reference of the same model."""
+    data = data or load_gate_set()
+    card = reference.card
+    if "encode" in card.tasks and {"dense", "sparse", "multivector"} & set(card.outputs):
+        ref, ref_ndcg = _retrieval(reference, data)
+        got, ndcg = _retrieval(candidate, data)
+        cos = _cosines(ref, got)
+    elif card.score is not None and card.score.kind == "classifier":
+        ref_scores, ref_ndcg = _rerank(reference, data)
+        scores, ndcg = _rerank(candidate, data)
+        a, b = ref_scores - ref_scores.mean(), scores - scores.mean()
+        cos = F.cosine_similarity(a, b, dim=0).reshape(1)
+    else:
+        raise InvalidInput(f"model {card.id!r}: the quality gate covers embedders and cross-encoders only")
+    return GateResult(candidate.precision.name, float(cos.mean()), float(cos.min()), ndcg, ref_ndcg)
+
+
+def _cosines(ref: list[Tensor], got: list[Tensor]) -> Tensor:
+    """Per text: cosine of the two outputs ([dim]), or the mean over tokens of token vectors ([n, dim])."""
+    return torch.stack([F.cosine_similarity(a, b, dim=-1).mean() for a, b in zip(ref, got, strict=True)])
+
+
+@torch.inference_mode()
+def _run(model: PackedModel, seqs: list[Encoded], read: Any) -> list[Any]:
+    """`read(hidden, batch, group)` -> one value per sequence, over packed batches; in `seqs` order."""
+    out: list[Any] = [None] * len(seqs)
+    for batch in pack_by_budget([len(s.ids) for s in seqs], TOKEN_BUDGET, 256):
+        group = [seqs[i] for i in batch]
+        hidden, packed = model.forward(group)
+        for i, value in zip(batch, read(hidden, packed, group), strict=True):
+            out[i] = value
+    return out
+
+
+def _outputs(model: PackedModel, texts: list[str], is_query: bool) -> list[Tensor]:
+    """The card's main encode output per text: a normalised dense vector, SPLADE weights over the vocabulary,
+    or normalised token vectors."""
+    card = model.card
+    prefix = (card.query_instruction if is_query else card.document_instruction) or ""
+    seqs = model.encode_texts([prefix + t for t in texts], truncate=True, is_query=is_query)
+    if "dense" in card.outputs:
+        rows = _run(model, seqs, lambda h, b, g: list(model.heads.pooled(h, b)))
+        return [F.normalize(r, dim=-1) for r in rows]
+    if "sparse" in card.outputs:
+        rows = _run(model, seqs, lambda h, b, g: model.heads.sparse(h, b))
+        return [_densify(ids, vals, model.vocab_size) for ids, vals in rows]
+    return _run(model, seqs, lambda h, b, g: model.heads.token_vectors(h, b, g))
+
+
+def _densify(ids: Any, values: Any, size: int) -> Tensor:
+    row = torch.zeros(size)
+    row[torch.as_tensor(ids, dtype=torch.long)] = torch.as_tensor(values)
+    return row
+
+
+def _retrieval(model: PackedModel, data: GateSet) -> tuple[list[Tensor], float]:
+    """Every text's output (passages, then queries) and the queries' nDCG@10 over all passages."""
+    passages = _outputs(model, data.passages, is_query=False)
+    queries = _outputs(model, data.queries, is_query=True)
+    if passages[0].dim() == 2:  # token vectors: MaxSim
+        scores = torch.tensor([maxsim_scores(q, passages) for q in queries])
+    else:
+        scores = torch.stack(queries) @ torch.stack(passages).T
+    return passages + queries, ndcg_at_10(scores, data.relevant)
+
+
+def _rerank(model: PackedModel, data: GateSet) -> tuple[Tensor, float]:
+    """A cross-encoder's scores for each query against the passages of its topic and the next topic."""
+    topics = list(dict.fromkeys(data.topic(i) for i in range(len(data.passages))))
+    by_topic = {t: [i for i in range(len(data.passages)) if data.topic(i) == t] for t in topics}
+    candidates = []
+    for rel in data.relevant:
+        t = topics.index(data.topic(min(rel)))
+        candidates.append(by_topic[topics[t]] + by_topic[topics[(t + 1) % len(topics)]])
+    pairs = [(q, data.passages[p]) for q, pool in zip(data.queries, candidates, strict=True) for p in pool]
+    seqs = model.encode_pairs(pairs, truncate=True)
+    flat = torch.tensor(_run(model, seqs, lambda h, b, g: model.heads.scores(h, b).tolist()))
+    width = len(candidates[0])
+    return flat, ndcg_at_10(flat.view(len(candidates), width), data.relevant, candidates)

@@ -1,0 +1,67 @@
+"""`shoal extract`: entities (GLiNER) or zero-shot classes (NLI, embedding models) of texts, one JSON line each."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def extract_command(
+    texts: Annotated[
+        list[str] | None, typer.Argument(help="texts to extract from; '-' or none reads lines from stdin")
+    ] = None,
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="GLiNER model, NLI cross-encoder or embedding model")
+    ] = "urchade/gliner_small-v2.1",
+    labels: Annotated[str, typer.Option(help="entity types or classes, comma-separated: person,organisation")] = "",
+    threshold: Annotated[float | None, typer.Option(help="minimum score kept (default: the model's)")] = None,
+    multi_label: Annotated[
+        bool,
+        typer.Option("--multi-label", help="classes: every label over the threshold; entities: one span, many labels"),
+    ] = False,
+    nested: Annotated[bool, typer.Option("--nested", help="entities: allow nested spans (default: flat)")] = False,
+    url: Annotated[str | None, typer.Option(help="a shoal server; default runs the engine in-process")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
+) -> None:
+    """Extract from texts and print one JSON line per text: {text, entities, classifications}.
+
+    A refused request (unknown model, bad labels, a model that cannot extract) prints one line on stderr and
+    exits with 1.
+    """
+    from engine.errors import ShoalError
+
+    lines = texts if texts and texts != ["-"] else [ln.rstrip("\n") for ln in sys.stdin if ln.strip()]
+    if not lines:
+        raise typer.BadParameter("no texts given (pass them as arguments or on stdin)")
+    wanted = [label.strip() for label in labels.split(",")] if labels.strip() else []
+    if not wanted:
+        raise typer.BadParameter("name at least one label: --labels person,organisation")
+    options: dict[str, Any] = {}
+    if threshold is not None:
+        options["threshold"] = threshold
+    if multi_label:
+        options["multi_label"] = True
+    if nested:
+        options["flat_ner"] = False
+    try:
+        if url:
+            from engine.client.sync import Client
+
+            with Client(url) as c:
+                results = c.extract(model, list(lines), labels=wanted, options=options or None)
+        else:
+            from engine.config import EngineSettings
+            from engine.runtime import Engine
+
+            settings = EngineSettings(model_dir=model_dir) if model_dir else None
+            with Engine(settings) as e:
+                results = e.extract(model, list(lines), labels=wanted, options=options or None)
+    except ShoalError as e:
+        print(f"{e.code}: {e.message}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    for text, r in zip(lines, results, strict=True):
+        print(json.dumps({"text": text, "entities": r["entities"], "classifications": r["classifications"]}))
