@@ -182,7 +182,9 @@ def test_models_list_tasks_outputs_and_dims(setup: tuple[TestClient, torch.nn.Mo
     assert models[LATE]["outputs"] == ["multivector"] and models[LATE]["tasks"] == ["encode", "score"]
     m3 = models["BAAI/bge-m3"]
     assert m3["dims"] == {"dense": 1024, "multivector": 1024, "sparse": 250002}
-    assert set(m3["outputs"]) == {"dense", "sparse", "multivector"}
+    # a dense embedder also classifies zero-shot through extract (label embeddings)
+    assert set(m3["outputs"]) == {"dense", "sparse", "multivector", "classifications"}
+    assert "extract" in m3["tasks"] and "classifications" not in models[CE]["outputs"]
 
 
 def test_cli_models_lists_every_card_with_tasks_and_outputs() -> None:
