@@ -31,6 +31,7 @@ COMMANDS = [
     "forget",
     "delete",
     "mcp",
+    "extract",
 ]
 
 

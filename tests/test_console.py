@@ -125,7 +125,7 @@ def test_console_in_a_real_browser(browser: object, live: LiveServer, tmp_path: 
     assert "sentence-transformers/all-MiniLM-L6-v2" in page.inner_text("#models")
     page.screenshot(path=str(tmp_path / "console-overview.png"), full_page=True)
     page.click("nav a[href='#/playground']")
-    assert page.locator("#tab-extract").count() == 0, "no extract-capable model here: no Extract tab"
+    assert page.locator("#tab-extract").count() == 1, "MiniLM classifies zero-shot (task extract): an Extract tab"
     assert page.locator("nav a[href='#/search']").count() == 0, "no --db: no Search page"
     page.fill("#encode-texts", "a cat sits on the mat\na kitten rests on a rug\nstock markets fell today")
     page.click("#encode-run")
@@ -136,6 +136,14 @@ def test_console_in_a_real_browser(browser: object, live: LiveServer, tmp_path: 
     sim = [cells[i * 3 : i * 3 + 3] for i in range(3)]
     assert sim[0][1] > sim[0][2] and sim[1][0] > sim[1][2], f"cats are closer to kittens than to stocks: {sim}"
     page.screenshot(path=str(tmp_path / "console-encode.png"), full_page=True)
+    page.click("#tab-extract")  # zero-shot classification with MiniLM, for real
+    page.select_option("#extract-model", "sentence-transformers/all-MiniLM-L6-v2")
+    page.fill("#extract-labels", "finance, animal")  # the better label second: shown first only if ranked
+    page.fill("#extract-text", "a kitten rests on a rug")
+    page.click("#extract-run")
+    page.wait_for_selector("#extract-result table tbody tr", timeout=180_000)
+    first = page.locator("#extract-result table tbody tr").first.inner_text().split("\t")
+    assert first[0] == "animal", first
     assert not errors, errors
     shutil.copy(tmp_path / "console-encode.png", tmp_path / "console.png")
     page.close()

@@ -82,3 +82,26 @@ def test_models_table_fits_80_columns(tmp_path: Path) -> None:
     splade = next(i for i in ids if i["name"] == "naver/splade-v3")
     assert not splade["weights"]["available"] and any("HF cache" in t for t in splade["weights"]["tried"])
     assert "docs/troubleshooting.md#missing-weights" in " ".join(r.stdout.split())
+
+
+def test_tuned_precisions_follow_the_table_within_80_columns(tmp_path: Path) -> None:
+    """A model `shoal tune` measured on this kind of device gets a line under the table: the precisions that
+    passed the quality gate with their figures, * on the one in use (the store is written here, not tuned)."""
+    from engine.catalogue.cards import Profile
+    from engine.residency.store import ProfileStore, device_kind
+
+    minilm = "sentence-transformers/all-MiniLM-L6-v2"
+    report = {
+        "grid": [{"dtype": "float32", "tokens_per_s": 1000.0}, {"dtype": "int8", "tokens_per_s": 1800.0}],
+        "gates": {"int8": {"passed": True, "mean_cosine": 0.9937, "ndcg_drop": 0.0}},
+    }
+    store = tmp_path / "profiles.json"
+    ProfileStore(store).put(minilm, device_kind("cpu"), Profile(max_batch_tokens=512, dtype="int8"), report)
+    r = shoal("models", "--store", str(store), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80, r.stdout
+    text = " ".join(r.stdout.split())
+    assert f"{minilm}: float32, int8* (cos 0.9937, nDCG -0.000)" in text, r.stdout
+    assert "no model has been tuned" not in text
+    untuned = shoal("models", "--store", str(tmp_path / "none.json"), cwd=tmp_path)
+    assert "precisions: no model has been tuned on cpu yet" in untuned.stdout

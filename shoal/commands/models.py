@@ -2,6 +2,7 @@
 
 The table is a list of columns (COLUMNS): a new column is one entry. The model id is never cut or wrapped
 (the other columns wrap at spaces), so the table fits 80 columns, piped or not (shoal/commands/table.py).
+The precisions `shoal tune` recorded follow the table, one line per tuned model (they are too long for a column).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class Column:
 
 def _outputs(info: Info) -> str:
     dims = info.get("dims", {})
-    short = {"multivector": "multi"}
+    short = {"multivector": "multi", "classifications": "classes"}
     return " ".join(f"{short.get(o, o)}:{dims[o]}" if o in dims else short.get(o, o) for o in info["outputs"])
 
 
@@ -37,14 +38,11 @@ COLUMNS: list[Column] = [
     Column("model", lambda i: str(i["name"])),
     Column("tasks", lambda i: " ".join(i["tasks"])),
     Column("outputs", _outputs),
-    Column("max len", lambda i: str(i["max_sequence_length"])),
+    Column("length", lambda i: str(i["max_sequence_length"])),
     Column("weights", lambda i: str(i["weights"]["source"])),
-    Column("precisions", lambda i: precision_cell(i.get("precision"))),
 ]
-LEGEND = (
-    "weights: package, hf-cache or path = on this machine; hub = downloaded on first use; missing = not here. "
-    "precisions: those that passed the quality gate in the last `shoal tune` on this device, * the one in use."
-)
+LEGEND = "length: the longest input, in tokens. weights: package, hf-cache or path = on this machine; hub = downloaded on first use; missing = not here."
+PRECISIONS = "precisions that passed the quality gate in the last `shoal tune` on {device} (* the one in use):"
 
 
 def precision_cell(summary: Info | None) -> str:
@@ -81,14 +79,22 @@ def catalogue_infos(
     return out
 
 
-def render_table(infos: list[Info], width: int = 80) -> None:
-    """Print the table, then what the weights column means and how many models cannot load here."""
+def render_table(infos: list[Info], width: int = 80, device: str = "cpu") -> None:
+    """Print the table, what the weights column means, the tuned precisions, and how many models cannot load."""
     from shoal.commands.table import render
 
     print(render([c.header for c in COLUMNS], [[c.cell(i) for c in COLUMNS] for i in infos], width))
     missing = sum(1 for i in infos if not i["weights"]["available"])
     print()
     print(textwrap.fill(LEGEND, width))
+    tuned = [i for i in infos if i.get("precision") is not None]
+    if tuned:
+        print()
+        print(textwrap.fill(PRECISIONS.format(device=device), width))
+        for i in tuned:
+            print(textwrap.fill(f"{i['name']}: {precision_cell(i['precision'])}", width, subsequent_indent="    "))
+    else:
+        print(f"precisions: no model has been tuned on {device} yet (`shoal tune MODEL`)")
     if missing:
         note = (
             f"{missing} of {len(infos)} models have no weights here: `shoal models --json` lists where each was "
@@ -109,4 +115,4 @@ def models(
     if as_json:
         print(json.dumps(infos, indent=2))
         return
-    render_table(infos)
+    render_table(infos, device=device)

@@ -93,18 +93,20 @@ function marked(text, entities) {
 
 function extractTab(ctx, models) {
   const model = modelPicker(models, "");
-  const labels = h("input", { value: "person, organisation, date" });
-  const text = h("textarea", {}, "Ada Lovelace joined Acme Harbour Ltd on 3 March 2024.");
-  const out = h("div", {});
-  const run = h("button", { onclick: go }, "Extract");
+  model.id = "extract-model";
+  const labels = h("input", { value: "person, organisation, date", id: "extract-labels" });
+  const text = h("textarea", { id: "extract-text" }, "Ada Lovelace joined Acme Harbour Ltd on 3 March 2024.");
+  const out = h("div", { id: "extract-result" });
+  const run = h("button", { onclick: go, id: "extract-run" }, "Extract");
   async function go() {
     run.disabled = true;
     try {
       const r = await ctx.api.post(`/v1/extract/${model.value}`, {
         items: [{ text: text.value }], params: { labels: labels.value.split(",").map((s) => s.trim()).filter(Boolean) } });
-      const ents = r.items[0].entities || [];
+      const ents = r.items[0].entities || [], classes = r.items[0].classifications || [];
       out.replaceChildren(marked(text.value, ents),
-        table(["label", "text", "score"], ents.map((e) => [e.label, e.text, e.score.toFixed(3)]), [2]));
+        ents.length ? table(["label", "text", "score"], ents.map((e) => [e.label, e.text, e.score.toFixed(3)]), [2]) : "",
+        classes.length ? table(["class", "score"], classes.map((c) => [c.label, c.score.toFixed(3)]), [1]) : "");
     } catch (e) { out.replaceChildren(errorBox(e)); }
     run.disabled = false;
   }
