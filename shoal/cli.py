@@ -14,7 +14,7 @@ from agent_tools.cli import mcp_command
 from pipeline.cli import ingest_command, reindex_command, search_command
 from shoal.commands import encode, models, serving, status, store
 from shoal.commands.base import ShoalGroup
-from shoal.extract_cli import extract_command
+from shoal.commands.extract import extract_command
 
 app = typer.Typer(
     cls=ShoalGroup,  # --version, --debug, and expected errors as one or two lines with their exit code
