@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.catalogue import ExtractMode, check_extract
@@ -25,9 +25,8 @@ from engine.tasks.limits import (
     check_tokens,
     clean_instruction,
     clean_text,
-    count_before_parsing,
 )
-from engine.tasks.requests import Item, _check_media, _describe
+from engine.tasks.requests import Item, parse_items_body
 from engine.tasks.task import ExtractParams, Task, TaskItem
 
 # embedding cards (no extract section): what a label's vector is made from, and the cosine similarity a label
@@ -73,20 +72,9 @@ class ExtractRequest(BaseModel):
 
 
 def parse_extract(body: Any, max_items: int | None = None) -> ExtractRequest:
-    """Validate an extract body (decoded from msgpack or JSON) or raise INVALID_INPUT; with `max_items`, an
-    over-long item list is 413 before any item is validated."""
-    if not isinstance(body, dict):
-        raise InvalidInput("the request body must be a map with 'items' and 'params.labels'")
-    if max_items is not None:
-        count_before_parsing(body, "items", max_items)
-    _check_media(body.get("items"))
-    try:
-        req = ExtractRequest.model_validate(body)
-    except ValidationError as e:
-        raise InvalidInput(_describe(e)) from None
-    if not req.items:
-        raise InvalidInput("items must not be empty")
-    return req
+    """Validate an extract body (decoded from msgpack or JSON) or raise INVALID_INPUT."""
+    shape = "'items' and 'params.labels'"
+    return parse_items_body(ExtractRequest, body, max_items, shape, "items must not be empty")
 
 
 def build_extract_body(

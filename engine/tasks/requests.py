@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from engine.errors import InvalidInput
 from engine.tasks.limits import count_before_parsing
 from engine.tasks.task import OUTPUT_DTYPES
+
+BodyT = TypeVar("BodyT", bound=BaseModel)
 
 UNSUPPORTED_MEDIA = ("images", "image", "audio", "video")
 
@@ -85,21 +87,26 @@ def _check_media(items: Any) -> None:
                 raise InvalidInput(f"items.{i}: only text items are supported; images and audio are not")
 
 
-def parse_encode(body: Any, max_items: int | None = None) -> EncodeRequest:
-    """Validate an encode body (already decoded from msgpack or JSON) or raise INVALID_INPUT; with
-    `max_items`, an over-long item list is 413 before any item is validated."""
+def parse_items_body(kind: type[BodyT], body: Any, max_items: int | None, shape: str, empty: str) -> BodyT:
+    """Validate a decoded body with an `items` list as `kind`, or raise INVALID_INPUT; with `max_items`, an
+    over-long item list is 413 before any item is validated. `shape` names what the map holds."""
     if not isinstance(body, dict):
-        raise InvalidInput("the request body must be a map with 'items'")
+        raise InvalidInput(f"the request body must be a map with {shape}")
     if max_items is not None:
         count_before_parsing(body, "items", max_items)
     _check_media(body.get("items"))
     try:
-        req = EncodeRequest.model_validate(body)
+        req = kind.model_validate(body)
     except ValidationError as e:
         raise InvalidInput(_describe(e)) from None
-    if not req.items:
-        raise InvalidInput("items must not be empty")
+    if not getattr(req, "items", None):
+        raise InvalidInput(empty)
     return req
+
+
+def parse_encode(body: Any, max_items: int | None = None) -> EncodeRequest:
+    """Validate an encode body (already decoded from msgpack or JSON) or raise INVALID_INPUT."""
+    return parse_items_body(EncodeRequest, body, max_items, "'items'", "items must not be empty")
 
 
 def build_encode_body(
@@ -153,21 +160,11 @@ class ScoreRequest(BaseModel):
 
 
 def parse_score(body: Any, max_items: int | None = None) -> ScoreRequest:
-    """Validate a score body or raise INVALID_INPUT; at least one candidate is required (and, with
-    `max_items`, at most that many, counted before any is validated)."""
-    if not isinstance(body, dict):
-        raise InvalidInput("the request body must be a map with 'query' and 'items'")
-    if max_items is not None:
-        count_before_parsing(body, "items", max_items)
-    _check_media(body.get("items"))
-    _check_media([body.get("query")])
-    try:
-        req = ScoreRequest.model_validate(body)
-    except ValidationError as e:
-        raise InvalidInput(_describe(e)) from None
-    if not req.items:
-        raise InvalidInput("items must not be empty: give at least one candidate to score")
-    return req
+    """Validate a score body or raise INVALID_INPUT; at least one candidate is required."""
+    if isinstance(body, dict):
+        _check_media([body.get("query")])
+    empty = "items must not be empty: give at least one candidate to score"
+    return parse_items_body(ScoreRequest, body, max_items, "'query' and 'items'", empty)
 
 
 def build_score_body(
