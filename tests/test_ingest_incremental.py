@@ -118,11 +118,12 @@ def test_rerun_change_delete_and_config_change(tmp_path: Path, engine) -> None:
     assert gone.files_deleted == 1 and gone.chunks_embedded == 0
     assert all(r["source"] != "page.html" for r in stored(cfg))
 
-    # 4. a partial walk (the folder is unmounted) deletes nothing
+    # 4. the folder is gone (unmounted): a one-line error before anything runs, and nothing is deleted
     count = len(stored(cfg))
     shutil.move(root, tmp_path / "elsewhere")
-    partial = ingest(root, cfg, client=engine)
-    assert not partial.walk_complete and partial.exit_code == 3 and partial.files_deleted == 0
+    with pytest.raises(ConfigError) as missing:
+        ingest(root, cfg, client=engine)
+    assert missing.value.code == "PATH_NOT_FOUND"
     assert len(stored(cfg)) == count
     shutil.move(tmp_path / "elsewhere", root)
 

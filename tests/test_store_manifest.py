@@ -140,7 +140,8 @@ def test_bad_configuration_fails_before_any_document(tmp_path: Path, engine, req
         (f"weaviate://127.0.0.1:{port}/Docs", "STORE_UNREACHABLE"),
     ]:
         r = cli(["ingest", str(root), "--db", db, "-q"], tmp_path)
-        assert r.returncode == 1 and r.stderr.startswith(code), (db, r.stderr[-500:])
+        exit_code = 2 if code == "STORE_UNREACHABLE" else 1  # README: 2 unreachable, 1 configuration
+        assert r.returncode == exit_code and r.stderr.startswith(code), (db, r.stderr[-500:])
         assert len(r.stderr.strip().splitlines()) <= 3 and "Traceback" not in r.stderr, r.stderr
     with pytest.raises(ValueError, match="names collection"):
         PipelineConfig(db="qdrant://h:1/docs", collection="other")
