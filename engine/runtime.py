@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.aio import cancel_and_wait
+from engine.catalogue.availability import weights_status
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.catalogue import Catalogue, check_task, model_info
 from engine.catalogue.folders import FolderPolicy
@@ -187,9 +188,12 @@ class AsyncEngine(ModelCalls):
         return self._info(self.card(model))
 
     def _info(self, card: ModelCard) -> dict[str, Any]:
-        """model_info plus `precision`: the last `shoal tune` on this device kind (precision in use, and each
-        precision's gate figures), or None when the model was never tuned here."""
+        """model_info plus `available` (its weights are here or can be downloaded) and `precision`: the last
+        `shoal tune` on this device kind (precision in use, and each precision's gate figures), or None when the
+        model was never tuned here."""
         info = model_info(card, self.registry.is_loaded(card.id))
+        # weights here, or downloadable: a client can refuse work for a model that cannot load before it starts
+        info["available"] = weights_status(card, self.settings.offline).source != "missing"
         store, kind = self.registry.profiles, device_kind(self.settings.device)
         info["precision"] = precision_summary(store.report(card.id, kind), store.get(card.id, kind))
         return info

@@ -47,6 +47,13 @@ class Enricher:
                 info = await self._probe(step)
                 listed = {m["name"]: m for m in await self.call("models")}
                 info = listed.get(step.model, info)
+            if info.get("available") is False:
+                raise ConfigError(
+                    f"step {step.kind!r}: model {step.model!r} has no weights on this machine and cannot download "
+                    "them; `shoal models --json` lists where they were looked for, and "
+                    "docs/troubleshooting.md#missing-weights says how to provide them",
+                    code="MODEL_UNAVAILABLE",
+                )
             if task not in info.get("tasks", []):
                 raise ConfigError(
                     f"step {step.kind!r}: model {step.model!r} cannot run {task!r} tasks "

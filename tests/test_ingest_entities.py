@@ -101,3 +101,23 @@ def test_entities_and_classes_are_written_filtered_and_fingerprinted(
     assert third.fingerprint != first.fingerprint and third.files_processed == 3
     assert extract_items(engine) > before
     assert all(set(dict(r["entities"])) <= {"city", "person"} for r in rows(changed))
+
+
+def test_a_step_model_with_no_weights_stops_the_run_before_any_file(tmp_path: Path, engine: Any) -> None:
+    """A catalogue GLiNER with no weights here (offline): MODEL_UNAVAILABLE before a file is read or recorded."""
+    import pytest
+
+    from pipeline.config import ConfigError
+
+    root = tmp_path / "docs"
+    make_folder(root)
+    steps = [Step(kind="dense", model=MINILM), Step(kind="entities", model="urchade/gliner_small-v2.1", labels=["x"])]
+    cfg = PipelineConfig(db=f"lancedb://{tmp_path / 'db'}", steps=steps)
+    before = engine.core.worker.stats.items
+    with pytest.raises(ConfigError) as refused:
+        ingest(root, cfg, client=engine)
+    assert refused.value.code == "MODEL_UNAVAILABLE" and "urchade/gliner_small-v2.1" in refused.value.message
+    assert engine.core.worker.stats.items == before, "nothing was embedded"
+    assert open_store(cfg.db).list_collections() == [], "no collection was made, no chunk written"
+    r = CliRunner().invoke(app, ["ingest", str(root), "--db", f"lancedb://{tmp_path / 'cli-db'}", "-q"])
+    assert r.exit_code == 0, r.output  # the same folder with the default steps runs
