@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,6 +242,22 @@ def closed_by_server(s: socket.socket) -> bool:
         return True
     finally:
         s.setblocking(True)
+
+
+def trickle(s: socket.socket, pieces: Iterable[bytes]) -> bytes:
+    """Send each piece 100 ms apart until the server closes the connection; then its reply. Closes `s`."""
+    try:
+        for piece in pieces:
+            try:
+                s.sendall(piece)
+            except OSError:
+                break
+            if closed_by_server(s):
+                break
+            time.sleep(0.1)
+        return read_reply(s)
+    finally:
+        s.close()
 
 
 def head(method: str, path: str, headers: dict[str, str]) -> bytes:

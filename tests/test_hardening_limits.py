@@ -21,6 +21,7 @@ from tests.hardening_support import (
     peak_rss,
     read_reply,
     reset_peak,
+    trickle,
 )
 from tests.helpers import LiveServer
 
@@ -132,18 +133,7 @@ def test_a_slow_body_gets_408_in_the_route_shape_and_a_closed_connection(
     tight: LiveServer, path: str, shape: bytes
 ) -> None:
     s = slow_body(tight.port, path)
-    try:
-        for _ in range(100):  # one byte every 100 ms: alive, but never done in time
-            try:
-                s.sendall(b" ")
-            except OSError:
-                break
-            if closed_by_server(s):
-                break
-            time.sleep(0.1)
-        reply = read_reply(s)
-    finally:
-        s.close()
+    reply = trickle(s, (b" " for _ in range(100)))  # one byte every 100 ms: alive, but never done in time
     assert reply.startswith(b"HTTP/1.1 408") and shape in reply and b"connection: close" in reply.lower(), reply[-300:]
     assert healthy(tight)
 
@@ -151,18 +141,7 @@ def test_a_slow_body_gets_408_in_the_route_shape_and_a_closed_connection(
 def test_a_slow_head_gets_408_and_a_closed_connection(tight: LiveServer) -> None:
     s = connect(tight.port)
     s.sendall(b"POST /v1/encode/x HTTP/1.1\r\nHost: a\r\n")
-    try:
-        for i in range(100):  # a header line every 100 ms, forever
-            try:
-                s.sendall(f"X-Slow-{i}: y\r\n".encode())
-            except OSError:
-                break
-            if closed_by_server(s):
-                break
-            time.sleep(0.1)
-        reply = read_reply(s)
-    finally:
-        s.close()
+    reply = trickle(s, (f"X-Slow-{i}: y\r\n".encode() for i in range(100)))  # a header line every 100 ms
     assert reply.startswith(b"HTTP/1.1 408") or reply == b"", reply
 
 
