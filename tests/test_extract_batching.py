@@ -102,3 +102,27 @@ async def test_a_cold_gliner_loads_once_for_many_callers(gliner_dirs: dict[str, 
         loader.open()
         results = await asyncio.gather(*calls)
     assert loader.calls == 1 and len(results) == 8
+
+
+def test_batches_of_mixed_lengths_carry_little_padding() -> None:
+    """Windows of very different lengths run apart on CPU (GLiNER computes every padded position); equal
+    lengths still share one batch; without a slack only the token budget cuts; every row runs exactly once."""
+    import random
+
+    from engine.worker.batching import BatchLimits
+    from engine.worker.extraction.entities import pad_slack, padded_batches
+
+    limits = BatchLimits(max_tokens=100_000, max_items=256)
+    mixed = [20, 200, 21, 199, 22, 201]
+    assert padded_batches(mixed, limits) == [[0, 2, 4, 3, 1, 5]]
+    assert padded_batches(mixed, limits, slack=64) == [[0, 2, 4], [3, 1, 5]]
+    assert padded_batches([50] * 40, limits, slack=0) == [list(range(40))]
+    assert pad_slack("cpu") is not None and pad_slack("cuda") is None
+    rnd = random.Random(5)
+    costs = [rnd.randint(10, 300) for _ in range(500)]
+    batches = padded_batches(costs, BatchLimits(max_tokens=4096, max_items=32), slack=64)
+    assert sorted(i for b in batches for i in b) == list(range(500))
+    for b in batches:
+        longest = max(costs[i] for i in b)
+        assert len(b) <= 32 and len(b) * longest <= 4096
+        assert len(b) == 1 or len(b) * longest - sum(costs[i] for i in b) <= 64

@@ -2,8 +2,9 @@
 
 Each task is prepared alone (word split, token counts, windows; a bad task fails only itself). Then all
 windows are sorted by length and cut into batches under the token budget (GLiNER pads a batch to its
-longest row, so similar lengths waste little), each batch is one call to the model, and each item's
-windows are merged back into entities with character offsets into the item's own text.
+longest row and computes the padding too, so a batch also closes before a row that would pad it by more
+than one forward call costs), each batch is one call to the model, and each item's windows are merged back
+into entities with character offsets into the item's own text.
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ from engine.worker.batching import BatchHook, BatchLimits
 from engine.worker.extraction.windows import Found, WordRange, merge, plan_windows
 
 MIN_TEXT_TOKENS = 16  # the labels' prompt must leave at least this many tokens of text per window
+# Padding tokens a batch may carry: about what one more forward call costs. On CPU a call's fixed cost is
+# small and GLiNER's span layer is paid per padded word (a tiny GLiNER, 12-window pulls of mixed lengths:
+# slack 64 runs 1.35x the windows per CPU-second of one padded batch per pull; see bench/extract.py). An
+# accelerator's call costs far more than its padding: there the token budget alone cuts batches.
+PAD_SLACK_CPU = 64
+
+
+def pad_slack(device: str) -> int | None:
+    """The padding a batch may carry on this device (None: no limit but the token budget)."""
+    return PAD_SLACK_CPU if device == "cpu" else None
 
 
 @dataclass
@@ -62,16 +73,23 @@ def prepare_entities(model: GlinerModel, task: Task, params: ExtractParams) -> T
     return TaskWindows(items, prompt, window)
 
 
-def padded_batches(costs: Sequence[int], limits: BatchLimits) -> list[list[int]]:
-    """Row indices, shortest first, in batches whose padded size (rows x longest) fits the token budget."""
+def padded_batches(costs: Sequence[int], limits: BatchLimits, slack: int | None = None) -> list[list[int]]:
+    """Row indices, shortest first, in batches whose padded size (rows x longest) fits the token budget. With
+    `slack`, a batch also closes before a row that would make it carry more than `slack` padding tokens (every
+    row is padded to the batch's longest, and GLiNER computes the padding too): the padding a batch may carry
+    is what one more forward call costs, so rows of very different lengths run apart."""
     order = sorted(range(len(costs)), key=costs.__getitem__)
     batches: list[list[int]] = []
     current: list[int] = []
+    real = 0  # tokens of the rows in `current`
     for i in order:  # sorted ascending, so the newest row is the longest of its batch
-        if current and ((len(current) + 1) * costs[i] > limits.max_tokens or len(current) >= limits.max_items):
+        padded = (len(current) + 1) * costs[i]
+        full = padded > limits.max_tokens or len(current) >= limits.max_items
+        if current and (full or (slack is not None and padded - real - costs[i] > slack)):
             batches.append(current)
-            current = []
+            current, real = [], 0
         current.append(i)
+        real += costs[i]
     if current:
         batches.append(current)
     return batches
@@ -89,7 +107,7 @@ def run_entities(
     rows = [(t, i, r) for t, tw in enumerate(work) for i, r in tw.rows()]
     costs = [work[t].prompt + r.tokens for t, _, r in rows]
     found: list[list[Found]] = [[] for _ in rows]
-    for batch in padded_batches(costs, limits):
+    for batch in padded_batches(costs, limits, pad_slack(model.device)):
         windows = []
         for k in batch:
             t, i, r = rows[k]
