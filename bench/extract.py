@@ -1,29 +1,32 @@
 """GLiNER entity extraction: shoal's engine vs gliner's own batched inference, and under concurrent callers vs a
-naive per-request server; and the scaling of the long-text input path.
+naive per-request server; the bound batching can reach on this CPU; and the scaling of the long-text path.
 
-Model: a random-weight GLiNER (span mode, word LSTM) over a BERT encoder (--hidden wide, --layers deep) with
-the tests' WordPiece vocabulary, built offline and saved by GLiNER's own `save_pretrained`; every side loads
-that folder. Texts: --texts sentences of the tiny vocabulary, mixed lengths: 90% of 5-60 words, 10% of 1.5-4x
-GLiNER's window (--window words), which shoal splits into overlapping windows.
+Model: a random-weight GLiNER (span mode, word LSTM) over a BERT encoder (--hidden wide, --layers deep; the
+GLiNER head is --hidden wide too) with the tests' WordPiece vocabulary, built offline and saved by GLiNER's own
+`save_pretrained`; every side loads that folder. Texts: --texts sentences of the tiny vocabulary, mixed
+lengths: 90% of 5-60 words, 10% of 1.5-4x GLiNER's window (--window words), which shoal splits into windows
+sharing --overlap words (default 12.5% of the window, the ratio of the public cards: 48 of 384).
 
-1. Batched, in-process: items/s of one `extract` call on shoal's AsyncEngine over all texts, vs gliner's own
+1. batched: items/s of one `extract` call on shoal's AsyncEngine over all texts, vs gliner's own
    `inference(texts, labels, batch_size=B)` at its best B over the same windows shoal runs (equal work: gliner
    by itself would truncate a long text at its window and lose the rest). Same outputs: on every text that
    fits one window, shoal's entities are compared with gliner's `inference` on the raw text.
-2. Concurrent, over HTTP: --callers callers each send one text per request until all texts are done, to
-   `shoal serve` and to bench/gliner_naive_server.py (FastAPI, `predict_entities` per request).
-3. Scaling: one text of growing length through the engine (seconds per 1,000 words), and the input path alone
+2. concurrent: --callers callers each send one text per request until all texts are done, to `shoal serve`
+   and to bench/gliner_naive_server.py (FastAPI, `predict_entities` per request), each alone and pinned to
+   the same --cores (bench/extract_concurrent.py); --before DIR also runs the shoal checkout in DIR, for a
+   before/after comparison in the same run. Counted per item and per window (a model row).
+3. bound: the model's own windows per CPU-second at batch 1 vs length-sorted batches of 4/8/16 on --cores:
+   the most any batching server can gain over a per-request one here.
+4. scaling: one text of growing length through the engine (seconds per 1,000 words), and the input path alone
    (GLiNER's word split, token counts, window planning, merge) at 16x the sizes; a linear path keeps the
    per-word cost flat (ratio largest / smallest near 1).
 
-Throughput is counted per CPU-second (this process's threads for 1 and 3; the server process tree for 2, from
-/proc), the measure that holds on a shared machine; wall-clock figures are printed beside it. Ratios are
-against baselines measured in the same run. With more than one torch thread on a loaded machine, idle
-threads spin at every barrier while their partner is descheduled, which inflates CPU seconds (a server's
-most, since it waits between batches): --threads 1 gives both sides clean figures. Writes
-bench/results/extract-<parts>-t<threads>.json.
+Throughput is counted per CPU-second (this process's threads for 1, 3 and 4; the server process tree for 2,
+from /proc) and per wall second. Ratios are against baselines measured in the same run. Writes
+bench/results/extract-<parts>-h<hidden>-c<cores>.json.
 
-    .venv/bin/python bench/extract.py [--texts 500] [--callers 16] [--threads 1] [--parts batched,concurrent,scaling]
+    .venv/bin/python bench/extract.py [--texts 500] [--callers 16] [--cores 0,1] [--threads 1]
+        [--hidden 128 --layers 2] [--before DIR] [--parts batched,concurrent,bound,scaling]
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ import asyncio
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,23 +47,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-LABELS = ["city", "animal", "person"]
-THRESHOLD = 0.5
-MODEL_ID = "bench/gliner"
-
-
-def make_texts(n: int, window: int, seed: int = 0) -> list[str]:
-    from tests.helpers import WORDS
-
-    rnd = random.Random(seed)
-    out = []
-    for i in range(n):
-        k = rnd.randint(int(1.5 * window), 4 * window) if i % 10 == 9 else rnd.randint(5, 60)
-        words = [rnd.choice(WORDS) for _ in range(k)]
-        for _ in range(k // 12):
-            words[rnd.randrange(k)] += rnd.choice([",", ".", "!"])
-        out.append(" ".join(words))
-    return out
+from bench.extract_common import LABELS, THRESHOLD, make_model, make_texts, windows_of  # noqa: E402
+from bench.extract_concurrent import bound, concurrent  # noqa: E402
 
 
 def best_of(repeats: int, fn: Any) -> tuple[float, float]:
@@ -72,27 +59,6 @@ def best_of(repeats: int, fn: Any) -> tuple[float, float]:
         fn()
         cpu, wall = min(cpu, time.process_time() - c), min(wall, time.perf_counter() - w)
     return cpu, wall
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds (user + system, every thread) of a process and its live descendants, from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    stats = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-    mine, total, grew = {pid}, 0.0, True
-    while grew:
-        more = {p for p, (ppid, _) in stats.items() if ppid in mine} - mine
-        grew = bool(more)
-        mine |= more
-    for p in mine:
-        total += stats.get(p, (0, 0.0))[1]
-    return total
 
 
 def key(e: dict[str, Any]) -> tuple[int, int, str]:
@@ -108,7 +74,6 @@ async def batched(folder: Path, texts: list[str], threads: int, repeats: int) ->
     from engine.config import EngineSettings
     from engine.model.gliner_runtime import GlinerModel
     from engine.runtime import AsyncEngine
-    from engine.worker.extraction.windows import plan_windows
     from tests.tiny_gliner import reference
 
     torch.set_num_threads(threads)
@@ -123,15 +88,7 @@ async def batched(folder: Path, texts: list[str], threads: int, repeats: int) ->
             c, w = time.process_time(), time.perf_counter()
             got = await eng.extract(model, texts, labels=LABELS, options={"threshold": THRESHOLD})
             cpu, wall = min(cpu, time.process_time() - c), min(wall, time.perf_counter() - w)
-        room = loaded.max_tokens - loaded.prompt_tokens(LABELS)
-        windows: list[str] = []
-        single: list[int] = []
-        for i, text in enumerate(texts):
-            words = loaded.words(text)
-            ranges = plan_windows(loaded.token_counts([w for w, _, _ in words]), loaded.window_words,
-                                  loaded.overlap_words, room)  # fmt: skip
-            windows += [text[words[r.first][1] : words[r.last - 1][2]] for r in ranges]
-            single += [i] if len(ranges) == 1 else []
+        windows, _, single = windows_of(loaded, texts)
     sizes: dict[int, tuple[float, float]] = {}
     for b in (8, 16, 32, 64):
         sizes[b] = best_of(repeats, lambda b=b: ref.inference(windows, LABELS, threshold=THRESHOLD, batch_size=b))
@@ -160,99 +117,7 @@ async def batched(folder: Path, texts: list[str], threads: int, repeats: int) ->
     }
 
 
-# -- 2. concurrent callers over HTTP ---------------------------------------------------------------
-
-
-async def callers(
-    url: str, pid: int, texts: list[str], n: int, body: Any, parse: Any
-) -> tuple[float, float, list[Any]]:
-    """`n` callers, one text per request, until every text is done: (server CPU seconds, wall seconds, results)."""
-    import httpx
-
-    results: list[Any] = [None] * len(texts)
-    todo = iter(range(len(texts)))
-
-    async def caller(client: httpx.AsyncClient) -> None:
-        for i in todo:
-            r = await client.post(url, json=body(texts[i]), timeout=600)
-            r.raise_for_status()
-            results[i] = parse(r.json())
-
-    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
-    async with httpx.AsyncClient(limits=limits) as client:
-        await client.post(url, json=body(texts[0]), timeout=600)  # warm up
-        c, t = tree_cpu(pid), time.perf_counter()
-        await asyncio.gather(*(caller(client) for _ in range(n)))
-        return tree_cpu(pid) - c, time.perf_counter() - t, results
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(url)
-
-
-def concurrent(folder: Path, cards: Path, texts: list[str], n: int, threads: int) -> dict[str, Any]:
-    from tests.helpers import LiveServer, free_port, stop_process
-
-    env = {"SHOAL_MODEL_DIR": str(cards), "SHOAL_THREADS": str(threads), "SHOAL_REQUEST_TIMEOUT_S": "1200"}
-    srv = LiveServer(env=env).wait_ready(300)
-    try:
-        shoal_cpu, shoal_s, shoal = asyncio.run(
-            callers(
-                f"{srv.url}/v1/extract/{MODEL_ID}",
-                srv.proc.pid,
-                texts,
-                n,
-                lambda t: {"items": [{"text": t}], "params": {"labels": LABELS, "options": {"threshold": THRESHOLD}}},
-                lambda j: j["items"][0]["entities"],
-            )
-        )
-    finally:
-        srv.stop()
-    port = free_port()
-    cmd = [sys.executable, str(ROOT / "bench" / "gliner_naive_server.py"), str(folder), str(port), str(threads)]
-    proc = subprocess.Popen(cmd, cwd=ROOT)
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
-        naive_cpu, naive_s, naive = asyncio.run(
-            callers(
-                f"http://127.0.0.1:{port}/extract",
-                proc.pid,
-                texts,
-                n,
-                lambda t: {"text": t, "labels": LABELS, "threshold": THRESHOLD},
-                lambda j: j["entities"],
-            )
-        )
-    finally:
-        stop_process(proc)
-    lost = sum(max(0, len(a) - len(b)) for a, b in zip(shoal, naive, strict=True))
-    return {
-        "callers": n,
-        "shoal_items_per_server_cpu_s": len(texts) / shoal_cpu,
-        "naive_items_per_server_cpu_s": len(texts) / naive_cpu,
-        "ratio_shoal_vs_naive_cpu": naive_cpu / shoal_cpu,
-        "shoal_items_per_s_wall": len(texts) / shoal_s,
-        "naive_items_per_s_wall": len(texts) / naive_s,
-        "ratio_shoal_vs_naive_wall": naive_s / shoal_s,
-        "entities_shoal": sum(map(len, shoal)),
-        "entities_naive": sum(map(len, naive)),
-        "entities_the_naive_server_misses_past_the_window": lost,
-    }
-
-
-# -- 3. scaling of the long-text input path --------------------------------------------------------
+# -- 4. scaling of the long-text input path --------------------------------------------------------
 
 
 def long_text(words: int, seed: int = 3) -> str:
@@ -310,43 +175,61 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--texts", type=int, default=500)
     ap.add_argument("--callers", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the in-process parts (1, 3, 4)")
+    ap.add_argument("--cores", default=None, help="CPUs both servers (2) and the bound (3) run on; default all")
+    ap.add_argument("--naive-threads", type=int, default=1, help="torch threads per request of the naive server")
+    ap.add_argument("--before", type=Path, default=None, help="another shoal checkout to serve too (2)")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--intermediate", type=int, default=None, help="encoder feed-forward width (default 2x)")
+    ap.add_argument("--head", type=int, default=None, help="GLiNER's own width (default --hidden)")
     ap.add_argument("--window", type=int, default=96, help="GLiNER's max_len: words per window")
+    ap.add_argument("--overlap", type=int, default=None, help="words windows share (default window / 8)")
     ap.add_argument("--repeats", type=int, default=1, help="runs of each batched measurement (best is kept)")
     ap.add_argument("--quick", action="store_true", help="100 texts, 4 callers, small scaling sizes")
-    ap.add_argument("--parts", default="batched,concurrent,scaling", help="which measurements to run")
+    ap.add_argument("--parts", default="batched,concurrent,bound,scaling", help="which measurements to run")
     args = ap.parse_args()
     if args.quick:
         args.texts, args.callers, args.repeats = 100, 4, 1
     sizes = [500, 2000] if args.quick else [1000, 4000, 16000]
-
-    from tests.extract_support import gliner_card
-    from tests.tiny_gliner import make_tiny_gliner
+    cores = {int(c) for c in args.cores.split(",")} if args.cores else os.sched_getaffinity(0)
+    overlap = args.window // 8 if args.overlap is None else args.overlap
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = make_tiny_gliner(
-            Path(tmp) / "gliner", max_len=args.window, hidden=args.hidden, layers=args.layers, seed=1
-        )
-        cards = gliner_card(folder, Path(tmp) / "cards", MODEL_ID)
-        card = cards / f"{MODEL_ID.replace('/', '_')}.yaml"
-        card.write_text(card.read_text().replace("max_batch_tokens: 4096", "max_batch_tokens: 16384"))
+        size = {"hidden": args.hidden, "layers": args.layers}
+        size |= {"intermediate": args.intermediate or 2 * args.hidden, "head": args.head or args.hidden}
+        folder, cards = make_model(Path(tmp), size, args.window, overlap)
         texts = make_texts(args.texts, args.window)
-        results: dict[str, Any] = {"model": {"hidden": args.hidden, "layers": args.layers, "window": args.window}}
+        results: dict[str, Any] = {"model": {**size, "window": args.window, "overlap": overlap}, "texts": args.texts}
+        print(json.dumps(results), flush=True)
         parts = args.parts.split(",")
         if "batched" in parts:
             results["batched"] = asyncio.run(batched(folder, texts, args.threads, args.repeats))
             print(json.dumps({"batched": results["batched"]}, indent=1), flush=True)
         if "concurrent" in parts:
-            results["concurrent"] = concurrent(folder, cards, texts, args.callers, args.threads)
+            results["concurrent"] = concurrent(
+                folder, cards, texts, args.callers, cores, args.naive_threads, args.before
+            )
             print(json.dumps({"concurrent": results["concurrent"]}, indent=1), flush=True)
+        if "bound" in parts:
+            results["bound"] = bound(cards, texts, cores)
+            print(json.dumps({"bound": results["bound"]}, indent=1), flush=True)
         if "scaling" in parts:
             results["scaling"] = asyncio.run(scaling(folder, args.threads, sizes))
             print(json.dumps({"scaling": results["scaling"]}, indent=1), flush=True)
-    out = ROOT / "bench" / "results" / f"extract-{args.parts.replace(',', '-')}-t{args.threads}.json"
+    name = f"extract-{args.parts.replace(',', '-')}-h{args.hidden}-c{len(cores)}.json"
+    out = ROOT / "bench" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
+    summary(results)
+
+
+def summary(results: dict[str, Any]) -> None:
+    m = results["model"]
+    print(
+        f"model: encoder {m['hidden']} wide, {m['layers']} layers, feed-forward {m['intermediate']}; GLiNER head "
+        f"{m['head']}; {m['window']}-word windows sharing {m['overlap']}; {results['texts']} texts"
+    )
     if "batched" in results:
         b = results["batched"]
         print(
@@ -358,9 +241,26 @@ def main() -> None:
     if "concurrent" in results:
         c = results["concurrent"]
         print(
-            f"{c['callers']} callers: shoal {c['shoal_items_per_server_cpu_s']:.1f} items per server CPU-second vs "
-            f"naive {c['naive_items_per_server_cpu_s']:.1f}: {c['ratio_shoal_vs_naive_cpu']:.2f}x (wall "
-            f"{c['ratio_shoal_vs_naive_wall']:.2f}x)"
+            f"{c['callers']} callers on cores {c['cores']} (shoal {c['shoal_torch_threads']} torch threads, one "
+            f"forward at a time; naive {c['naive_torch_threads_per_request']} per request, on FastAPI's pool):"
+        )
+        for name in ("shoal", "before"):
+            if f"{name}_windows" not in c:
+                continue
+            print(
+                f"  {name}: {c[f'{name}_windows']:.0f} windows in {c[f'{name}_forward_calls']:.0f} calls; vs naive "
+                f"per item {c[f'ratio_{name}_vs_naive_items_per_cpu_s']:.2f}x CPU, "
+                f"{c[f'ratio_{name}_vs_naive_items_per_s_wall']:.2f}x wall; per window "
+                f"{c[f'ratio_{name}_vs_naive_windows_per_cpu_s']:.2f}x CPU, "
+                f"{c[f'ratio_{name}_vs_naive_windows_per_s_wall']:.2f}x wall; "
+                f"{c[f'{name}_items_per_s_wall']:.1f} items/s, {c[f'{name}_cores_used']:.2f} cores busy"
+            )
+        print(f"  naive: {c['naive_items_per_s_wall']:.1f} items/s, {c['naive_cores_used']:.2f} cores busy")
+    if "bound" in results:
+        b = results["bound"]
+        print(
+            f"bound on cores {b['cores']}: the model alone, best length-sorted batch vs batch 1: "
+            f"{b['best_batched_vs_batch_1']:.2f}x windows per CPU-second"
         )
     if "scaling" in results:
         s = results["scaling"]

@@ -20,8 +20,11 @@ from tests.tiny_models import VOCAB, write_tokenizer
 MAX_POSITIONS = 256
 
 
-def make_backbone(folder: Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> Path:
-    """A tiny BERT (2 layers, 32 wide unless told) with the tests' WordPiece tokenizer and a tokenizer_config.json."""
+def make_backbone(
+    folder: Path, seed: int = 0, hidden: int = 32, layers: int = 2, intermediate: int | None = None
+) -> Path:
+    """A tiny BERT (2 layers, 32 wide, feed-forward 2x wide unless told) with the tests' WordPiece tokenizer and a
+    tokenizer_config.json."""
     from transformers import BertConfig, BertModel
 
     write_tokenizer(folder)
@@ -30,7 +33,7 @@ def make_backbone(folder: Path, seed: int = 0, hidden: int = 32, layers: int = 2
         hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=4,
-        intermediate_size=2 * hidden,
+        intermediate_size=intermediate or 2 * hidden,
         max_position_embeddings=MAX_POSITIONS,
     )
     torch.manual_seed(seed)
@@ -52,22 +55,25 @@ def make_tiny_gliner(
     max_width: int = 12,
     hidden: int = 32,
     layers: int = 2,
+    head: int | None = None,
+    intermediate: int | None = None,
 ) -> Path:
     """Save a random-weight GLiNER into `folder`: span (markerV0) or token level, uni- or bi-encoder.
 
     `spread` is the standard deviation of noise added to every weight, so that scores spread out around the
     0.5 threshold instead of all sitting at 0.50. `rnn_layers` 0 drops GLiNER's word-level LSTM (much faster
     on long inputs, for tests that only need volume), as does a smaller `max_width` (longest entity, in words).
-    `hidden` and `layers` size the encoder (benchmarks use a larger one, so the model's work dominates).
+    `hidden`, `layers` and `intermediate` size the encoder (benchmarks use a larger one, so the model's work
+    dominates); `head` is GLiNER's own width (span and label layers; default `hidden`; gliner's default 512).
     """
     from gliner import GLiNER, GLiNERConfig
 
     work = folder.parent / f"{folder.name}-backbone"
-    backbone = make_backbone(work, seed, hidden, layers)
+    backbone = make_backbone(work, seed, hidden, layers, intermediate)
     extra: dict[str, Any] = {"labels_encoder": str(backbone)} if bi_encoder else {}
     config = GLiNERConfig(
         model_name=str(backbone),
-        hidden_size=hidden,
+        hidden_size=head or hidden,
         max_len=max_len,
         span_mode=span_mode,
         dropout=0.0,
