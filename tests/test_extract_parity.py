@@ -212,3 +212,32 @@ except ModelLoadFailed as e:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "refused: GLiNER models need the gliner package: pip install --no-deps gliner==" in out.stdout
+
+
+def test_token_counts_are_remembered_within_a_bound(gliner_dirs: dict[str, Path], monkeypatch: Any) -> None:
+    """Remembered word and prompt counts equal the tokenizer's own, new words alone reach the tokenizer, and
+    the caches stay bounded whatever the traffic."""
+    from engine.model import gliner_runtime
+
+    model = load_through_catalogue(str(gliner_dirs["span"]))
+    assert isinstance(model, GlinerModel)
+    tok = model.runtime.data_processor.transformer_tokenizer
+    words = [w for w, _, _ in model.words(" ".join(texts(30, seed=9)))] + ["unheardofword", "x" * 300]
+    want = [len(tok(w, add_special_tokens=False)["input_ids"]) for w in words]
+    assert model.token_counts(words) == want
+    asked: list[list[str]] = []
+    real = model._count_tokens
+    monkeypatch.setattr(model, "_count_tokens", lambda ws: asked.append(ws) or real(ws))
+    assert model.token_counts(words[::-1]) == want[::-1] and asked == []
+    assert model.token_counts(["brandnewword", words[0], "brandnewword"])[1] == want[0]
+    assert asked == [["brandnewword"]]
+    monkeypatch.setattr(gliner_runtime, "WORD_CACHE", 50)
+    monkeypatch.setattr(gliner_runtime, "PROMPT_CACHE", 3)
+    for i in range(20):
+        model.token_counts([f"w{i}-{k}" for k in range(7)])
+        assert len(model._word_tokens) <= 50
+    prompt = model.prompt_tokens(LABELS)
+    for i in range(10):
+        model.prompt_tokens([f"label {i}"])
+        assert len(model._prompts) <= 3
+    assert model.prompt_tokens(LABELS) == prompt

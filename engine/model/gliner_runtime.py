@@ -33,6 +33,8 @@ from engine.model.precision import DeviceProfile
 GLINER_VERSION = "0.2.29"  # the release this runtime is written against (scripts/setup.sh installs it)
 SERVED = ("UniEncoderSpanGLiNER", "UniEncoderTokenGLiNER", "BiEncoderSpanGLiNER", "BiEncoderTokenGLiNER")
 MAX_TOKENS = 512  # when neither the encoder's config nor its tokenizer says how long an input may be
+WORD_CACHE = 65_536  # words whose token counts are kept (cleared when full: bounded, whatever the traffic)
+PROMPT_CACHE = 256  # label lists whose prompt lengths are kept (oldest dropped first)
 Word = tuple[str, int, int]  # a word and its character offsets [start, end) in the text
 
 
@@ -70,6 +72,8 @@ class GlinerModel:
     overlap_words: int
     max_width: int  # longest entity, in words
     _collator: Any = field(default=None, repr=False)
+    _word_tokens: dict[str, int] = field(default_factory=dict, repr=False)
+    _prompts: dict[tuple[str, ...], int] = field(default_factory=dict, repr=False)
 
     # -- the LoadedModel protocol ------------------------------------------------------------------
 
@@ -96,17 +100,37 @@ class GlinerModel:
         return [(w, s, e) for w, s, e in self.runtime.data_processor.words_splitter(text)]
 
     def token_counts(self, words: Sequence[str]) -> list[int]:
-        """Tokens each word takes inside a sequence (no special tokens), as the encoder's tokenizer splits it."""
-        if not words:
-            return []
+        """Tokens each word takes inside a sequence (no special tokens), as the encoder's tokenizer splits it.
+        Counts are remembered per word (most words recur), so the tokenizer sees only new ones."""
+        known = self._word_tokens
+        new = list(dict.fromkeys(w for w in words if w not in known))
+        if not new:
+            return [known[w] for w in words]
+        fresh = dict(zip(new, self._count_tokens(new), strict=True))
+        counts = [known[w] if w in known else fresh[w] for w in words]
+        if len(known) + len(fresh) > WORD_CACHE:
+            known.clear()
+        if len(fresh) <= WORD_CACHE:
+            known.update(fresh)
+        return counts
+
+    def _count_tokens(self, words: list[str]) -> list[int]:
         tok = self.runtime.data_processor.transformer_tokenizer
         backend = getattr(tok, "backend_tokenizer", None)  # the fast tokenizer itself: no per-word Python objects
         if backend is not None:
-            return [len(e.ids) for e in backend.encode_batch(list(words), add_special_tokens=False)]
-        return [len(ids) for ids in tok(list(words), add_special_tokens=False)["input_ids"]]
+            return [len(e.ids) for e in backend.encode_batch(words, add_special_tokens=False)]
+        return [len(ids) for ids in tok(words, add_special_tokens=False)["input_ids"]]
 
     def prompt_tokens(self, labels: Sequence[str]) -> int:
         """Tokens a sequence spends before its text: special tokens, and (uni-encoders) the label prompt."""
+        key = tuple(labels)
+        if key not in self._prompts:
+            if len(self._prompts) >= PROMPT_CACHE:
+                del self._prompts[next(iter(self._prompts))]
+            self._prompts[key] = self._count_prompt(key)
+        return self._prompts[key]
+
+    def _count_prompt(self, labels: tuple[str, ...]) -> int:
         processor = self.runtime.data_processor
         prompt: list[str] = []
         if not self.bi_encoder:
