@@ -252,7 +252,8 @@ def summary(results: dict[str, Any]) -> None:
                 f"per item {c[f'ratio_{name}_vs_naive_items_per_cpu_s']:.2f}x CPU, "
                 f"{c[f'ratio_{name}_vs_naive_items_per_s_wall']:.2f}x wall; per window "
                 f"{c[f'ratio_{name}_vs_naive_windows_per_cpu_s']:.2f}x CPU, "
-                f"{c[f'ratio_{name}_vs_naive_windows_per_s_wall']:.2f}x wall; "
+                f"{c[f'ratio_{name}_vs_naive_windows_per_s_wall']:.2f}x wall; per word read "
+                f"{c[f'ratio_{name}_vs_naive_words_per_cpu_s']:.2f}x CPU; "
                 f"{c[f'{name}_items_per_s_wall']:.1f} items/s, {c[f'{name}_cores_used']:.2f} cores busy"
             )
         print(f"  naive: {c['naive_items_per_s_wall']:.1f} items/s, {c['naive_cores_used']:.2f} cores busy")

@@ -199,7 +199,23 @@ def concurrent(
             out[f"ratio_{name}_vs_naive_{unit}"] = out[f"{name}_{unit}"] / out[f"naive_{unit}"]
     out["entities_shoal"] = sum(map(len, got["shoal"]))
     out["entities_naive"] = sum(map(len, naive))
+    out |= words_read(cards, texts)
+    for name, _ in sides:
+        per_word = (out["shoal_words"] / out[f"{name}_server_cpu_s"]) / (out["naive_words"] / out["naive_server_cpu_s"])
+        out[f"ratio_{name}_vs_naive_words_per_cpu_s"] = per_word
     return out
+
+
+def words_read(cards: Path, texts: list[str]) -> dict[str, int]:
+    """Words the model reads: in shoal's windows (overlaps counted twice), and in the naive server's single
+    window per text (GLiNER truncates a text at its window)."""
+    from bench.extract_common import MODEL_ID, windows_of
+    from tests.extract_support import load_through_catalogue
+
+    model = load_through_catalogue(MODEL_ID, cards)
+    _, rows, _ = windows_of(model, texts)
+    naive = sum(min(len(model.words(t)), model.window_words) for t in texts)
+    return {"shoal_words": sum(map(len, rows)), "naive_words": naive}
 
 
 def bound(cards: Path, texts: list[str], cores: set[int], sizes: tuple[int, ...] = (4, 8, 16)) -> dict[str, Any]:
