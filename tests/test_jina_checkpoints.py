@@ -233,16 +233,6 @@ def test_broken_jina_checkpoint_fails_to_load_clearly(
     assert e.value.code == "MODEL_LOAD_FAILED" and "do not match config.json" in e.value.message
 
 
-def test_rotary_config_is_refused_clearly(reference: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
-    """Jina's rotary variant (jina-colbert-v2, jina-embeddings-v3) is not built: a 502, not a wrong answer."""
-    _, hf_dir = reference
-    write_jina_checkpoint(hf_dir, tmp_path / "rotary")
-    config = json.loads((tmp_path / "rotary" / "config.json").read_text())
-    (tmp_path / "rotary" / "config.json").write_text(json.dumps({**config, "position_embedding_type": "rotary"}))
-    with pytest.raises(ModelLoadFailed, match="rotary"):
-        load_model(Catalogue().get(str(tmp_path / "rotary")))
-
-
 @pytest.fixture
 def client(hub: Path) -> Iterator[TestClient]:
     with TestClient(create_app(AsyncEngine(EngineSettings(offline=True)))) as c:
