@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -49,7 +49,7 @@ def mcp_command(
     from agent_tools.config import ToolSettings
     from agent_tools.mcp_server import serve_http, serve_stdio
 
-    given = {"engine_url": url, "embed_model": embed_model, "rerank_model": rerank_model, "db": db}
+    given: dict[str, Any] = {"engine_url": url, "embed_model": embed_model, "rerank_model": rerank_model, "db": db}
     given |= {"collection": collection, "taxonomies": named_taxonomies(taxonomy) or None}
     settings = ToolSettings(**{k: v for k, v in given.items() if v is not None})
     try:

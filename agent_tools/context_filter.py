@@ -69,7 +69,8 @@ def select(scores: np.ndarray, tokens: list[int], opts: FilterOptions) -> list[i
     floor = -np.inf if opts.threshold is None else opts.threshold
     if opts.margin is not None:
         floor = max(floor, float(scores.max()) - opts.margin)
-    keep, used = [], 0
+    keep: list[int] = []
+    used = 0
     for i in np.argsort(-scores, kind="stable").tolist():
         if scores[i] < floor or (opts.max_passages is not None and len(keep) >= opts.max_passages):
             break
@@ -126,9 +127,14 @@ async def filter_context(
     kept = [spans[i] for i in keep]
     if opts.sentences and kept:
         kept = await prune_sentences(scorer, query, kept, opts.sentence_margin)
-    out = []
+    out: list[dict[str, Any]] = []
     for i, span in zip(keep, kept, strict=True):
-        entry = {"index": i, "score": round(float(scores[i]), 6), "tokens": count_tokens(span.text), "text": span.text}
+        entry: dict[str, Any] = {
+            "index": i,
+            "score": round(float(scores[i]), 6),
+            "tokens": count_tokens(span.text),
+            "text": span.text,
+        }
         if text is not None:
             entry |= {"start": span.start, "end": span.end}
         out.append(entry)

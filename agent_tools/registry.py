@@ -11,7 +11,7 @@ import copy
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from agent_tools.errors import InvalidInput, TaxonomyError
 from agent_tools.taxonomy_index import IndexCache
 from agent_tools.taxonomy_tree import Taxonomy, build_taxonomy, load_taxonomy
 
-Runner = Callable[["ToolContext", Any], Awaitable[dict[str, Any]]]
+Runner = Callable[["ToolContext", Any], Coroutine[Any, Any, dict[str, Any]]]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ runner-up leaves. `strategy="flat"` scores every leaf the same way, without prun
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -321,7 +321,7 @@ class _LazyScores(Mapping[int, float]):
             return self.leaf_score[node]
         return float(self.index.vectors[node] @ self.query)
 
-    def __iter__(self):  # noqa: ANN204 - Mapping protocol
+    def __iter__(self) -> Iterator[int]:
         return iter(self.leaf_score)
 
     def __len__(self) -> int:

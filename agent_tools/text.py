@@ -27,7 +27,8 @@ class Span:
 
 def split_sentences(text: str, offset: int = 0) -> list[Span]:
     """Sentences at ., ! or ? followed by a capital or digit, at blank lines and before list bullets."""
-    out, start = [], 0
+    out: list[Span] = []
+    start = 0
     for m in _SENTENCE_END.finditer(text):
         _append(out, text, start, m.start(), offset)
         start = m.end()

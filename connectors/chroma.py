@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import chromadb
-from chromadb.config import Settings
+from chromadb.api.types import GetResult, PyEmbedding, Where
+from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
 
 from connectors import lexical
 from connectors.base import (
@@ -48,8 +49,8 @@ class ChromaStore:
         url = parse_url(url) if isinstance(url, str) else url
         self.uri = url.uri
         settings = Settings(anonymized_telemetry=False)
-        tenant = url.params.get("tenant", chromadb.DEFAULT_TENANT)
-        database = url.params.get("database", chromadb.DEFAULT_DATABASE)
+        tenant = url.params.get("tenant", DEFAULT_TENANT)
+        database = url.params.get("database", DEFAULT_DATABASE)
         self.path = Path(url.path).expanduser().resolve() if url.local and url.path else None
         try:
             if self.path is not None:
@@ -109,7 +110,7 @@ class ChromaStore:
             raise StoreError(f"Chroma refused collection {spec.name!r}: {e}", code="INVALID_COLLECTION") from None
 
     def _names(self) -> list[str]:
-        return [c if isinstance(c, str) else c.name for c in self.client.list_collections()]
+        return [c.name for c in self.client.list_collections()]
 
     def list_collections(self) -> list[str]:
         return sorted(n for n in self._names() if not n.startswith(STATE_PREFIX))
@@ -150,8 +151,9 @@ class ChromaStore:
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def _get_all(self, collection: str, where: dict[str, Any] | None, include: list[str]) -> dict[str, list]:
-        col, out, offset = self._col(collection), {"ids": [], "metadatas": [], "documents": []}, 0
+    def _get_all(self, collection: str, where: dict[str, Any] | None, include: list[str]) -> dict[str, list[Any]]:
+        col, offset = self._col(collection), 0
+        out: dict[str, list[Any]] = {"ids": [], "metadatas": [], "documents": []}
         while True:
             got = col.get(where=where, include=include, limit=PAGE, offset=offset)
             out["ids"] += got["ids"]
@@ -301,16 +303,16 @@ class ChromaState:
     def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for i in range(0, len(keys), self.batch):
-            got = self.col.get(ids=keys[i : i + self.batch], include=["documents"])
-            out.update({k: json.loads(d) for k, d in zip(got["ids"], got["documents"], strict=True)})
+            out.update(_state_records(self.col.get(ids=keys[i : i + self.batch], include=["documents"])))
         return out
 
     def put(self, records: dict[str, dict[str, Any]]) -> None:
         items = list(records.items())
         for i in range(0, len(items), self.batch):
             part = items[i : i + self.batch]
+            placeholders: list[PyEmbedding] = [[1.0] for _ in part]
             self.col.upsert(
-                ids=[k for k, _ in part], embeddings=[[1.0] for _ in part], documents=[json.dumps(d, default=str) for _, d in part],
+                ids=[k for k, _ in part], embeddings=placeholders, documents=[json.dumps(d, default=str) for _, d in part],
                 metadatas=[{f: d[f] for f in ("kind", "collection", "root") if d.get(f) is not None} for _, d in part],
             )  # fmt: skip
 
@@ -319,12 +321,23 @@ class ChromaState:
             self.col.delete(ids=keys[i : i + self.batch])
 
     def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]:
-        conds = [{f: v} for f, v in (("kind", kind), ("collection", collection), ("root", root)) if v is not None]
-        where = conds[0] if len(conds) == 1 else {"$and": conds}
-        out, offset = {}, 0
+        conds: list[Where] = [
+            {f: v} for f, v in (("kind", kind), ("collection", collection), ("root", root)) if v is not None
+        ]
+        where: Where = conds[0] if len(conds) == 1 else {"$and": conds}
+        out: dict[str, dict[str, Any]] = {}
+        offset = 0
         while True:
             got = self.col.get(where=where, include=["documents"], limit=PAGE, offset=offset)
-            out.update({k: json.loads(d) for k, d in zip(got["ids"], got["documents"], strict=True)})
+            out.update(_state_records(got))
             if len(got["ids"]) < PAGE:
                 return out
             offset += PAGE
+
+
+def _state_records(got: GetResult) -> dict[str, dict[str, Any]]:
+    """State records by key from a get() that included the documents (each a record as JSON)."""
+    docs = got["documents"]
+    if docs is None:
+        raise StoreError(f"Chroma returned no documents for {STATE_PREFIX!r}")
+    return {k: json.loads(d) for k, d in zip(got["ids"], docs, strict=True)}

@@ -11,6 +11,7 @@ import math
 import re
 import zlib
 from collections import Counter
+from typing import TypedDict
 
 K1 = 1.2
 B = 0.75
@@ -103,11 +104,18 @@ def terms(text: str) -> list[str]:
     return out
 
 
+class SparseVector(TypedDict):
+    """A sparse vector: term ids (ascending) and their weights."""
+
+    indices: list[int]
+    values: list[float]
+
+
 def term_id(term: str) -> int:
     return zlib.crc32(term.encode()) & 0x7FFFFFFF
 
 
-def doc_vector(text: str) -> dict[str, list]:
+def doc_vector(text: str) -> SparseVector:
     """BM25 term-frequency weights of a document, as a sparse vector {indices, values}."""
     counts = Counter(term_id(t) for t in terms(text))
     norm = K1 * (1 - B + B * sum(counts.values()) / AVG_LEN)
@@ -115,7 +123,7 @@ def doc_vector(text: str) -> dict[str, list]:
     return {"indices": [i for i, _ in items], "values": [tf * (K1 + 1) / (tf + norm) for _, tf in items]}
 
 
-def query_vector(text: str) -> dict[str, list]:
+def query_vector(text: str) -> SparseVector:
     """A query's distinct terms, each weighted 1 (the store's IDF does the rest)."""
     ids = sorted({term_id(t) for t in terms(text)})
     return {"indices": ids, "values": [1.0] * len(ids)}

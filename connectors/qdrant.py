@@ -12,6 +12,7 @@ import atexit
 import json
 import threading
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -257,7 +258,7 @@ def _point(row: dict[str, Any], layout: dict[str, Any]) -> models.PointStruct:
     return models.PointStruct(id=point_id(row["id"]), vector=vector, payload=payload)
 
 
-def _sparse(sp: dict[str, Any]) -> models.SparseVector:
+def _sparse(sp: Mapping[str, Any]) -> models.SparseVector:
     return models.SparseVector(indices=[int(i) for i in sp["indices"]], values=[float(v) for v in sp["values"]])
 
 
@@ -354,7 +355,7 @@ class QdrantState:
 
     def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         got = self.client.retrieve(STATE_PREFIX, [point_id(k) for k in keys], with_payload=True) if keys else []
-        return {p.payload["key"]: json.loads(p.payload["doc"]) for p in got}
+        return dict(_state_record(p) for p in got)
 
     def put(self, records: dict[str, dict[str, Any]]) -> None:
         points = [
@@ -376,11 +377,19 @@ class QdrantState:
         for key, value in (("collection", collection), ("root", root)):
             if value is not None:
                 must.append(models.FieldCondition(key=key, match=models.MatchValue(value=value)))
-        out, offset = {}, None
+        out: dict[str, dict[str, Any]] = {}
+        offset = None
         while True:
             points, offset = self.client.scroll(
                 STATE_PREFIX, scroll_filter=models.Filter(must=must), limit=1000, offset=offset, with_payload=True
             )
-            out.update({p.payload["key"]: json.loads(p.payload["doc"]) for p in points})
+            out.update(_state_record(p) for p in points)
             if offset is None:
                 return out
+
+
+def _state_record(point: models.Record) -> tuple[str, dict[str, Any]]:
+    """A state point's key and record; every state point is written with a payload and read with it."""
+    if point.payload is None:
+        raise StoreError(f"state point {point.id} in {STATE_PREFIX!r} has no payload")
+    return point.payload["key"], json.loads(point.payload["doc"])

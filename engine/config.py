@@ -78,7 +78,10 @@ class EngineSettings(BaseSettings):
     model_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="folders whose checkpoint sub-folders are served by relative name"
     )
-    batch_wait_ms: float = Field(default=2.0, description="how long a worker waits to fill a batch")
+    batch_wait_ms: float = Field(
+        default=2.0,
+        description="longest a worker lingers to fill a batch while callers overlap (a lone caller never waits)",
+    )
     max_batch_tokens: int | None = Field(default=None, description="override every card's token budget")
     request_timeout_s: float = Field(default=300.0, description="deadline given to each request")
     # compatible routes (docs/compatibility.md): the models of routes whose requests name none (TEI, POST /)

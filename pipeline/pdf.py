@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any
 
 from pipeline.document import Block, Document, ParseError
 
@@ -12,7 +13,9 @@ def _norm(s: str) -> str:
     return re.sub(r"\s+", " ", s).strip().lower()
 
 
-def _page_blocks(pno: int, blocks: list[dict], raw: list[tuple[int, str, float]], sizes: Counter[float]) -> None:
+def _page_blocks(
+    pno: int, blocks: list[dict[str, Any]], raw: list[tuple[int, str, float]], sizes: Counter[float]
+) -> None:
     """A page's text blocks as (page, text, max font size), counting characters per font size."""
     for b in blocks:
         if b.get("type") != 0:
@@ -36,8 +39,8 @@ def pdf_document(data: bytes) -> Document:
     """Paragraph blocks per page with their heading path; encrypted or broken files raise ParseError."""
     import pymupdf
 
-    try:
-        doc = pymupdf.open(stream=data, filetype="pdf")
+    try:  # pymupdf ships py.typed but leaves Document.__init__ and Page.get_text unannotated: ignored below
+        doc = pymupdf.open(stream=data, filetype="pdf")  # type: ignore[no-untyped-call]
     except Exception as e:  # noqa: BLE001 - pymupdf raises several types for damaged files
         raise ParseError(f"corrupted PDF: {e}") from e
     raw: list[tuple[int, str, float]] = []  # (page, text, max font size) per text block
@@ -47,8 +50,9 @@ def pdf_document(data: bytes) -> Document:
             raise ParseError("encrypted PDF: it needs a password to open")
         try:
             flags = pymupdf.TEXTFLAGS_DICT & ~pymupdf.TEXT_PRESERVE_LIGATURES & ~pymupdf.TEXT_PRESERVE_IMAGES
-            for pno, page in enumerate(doc, start=1):  # one page's layout dict in memory at a time
-                _page_blocks(pno, page.get_text("dict", sort=True, flags=flags)["blocks"], raw, sizes)
+            for pno, page in enumerate(doc.pages(), start=1):  # one page's layout dict in memory at a time
+                layout = page.get_text("dict", sort=True, flags=flags)  # type: ignore[no-untyped-call]
+                _page_blocks(pno, layout["blocks"], raw, sizes)
             toc = doc.get_toc(simple=True)
             title = (doc.metadata or {}).get("title") or None
         except Exception as e:  # noqa: BLE001

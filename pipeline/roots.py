@@ -24,9 +24,10 @@ def check_root(path: Path | str) -> Path:
         raise ConfigError(f"the path '{shown}' is not valid UTF-8: rename it to ingest it", code="INVALID_PATH")
     try:
         resolved = Path(raw).expanduser().resolve(strict=True)
-    except (RuntimeError, OSError) as e:  # RuntimeError: a symlink loop (Python 3.11)
-        loop = isinstance(e, RuntimeError) or getattr(e, "errno", None) == errno.ELOOP
-        if loop:
+    except RuntimeError:  # a symlink loop (Python 3.11)
+        raise ConfigError(f"{raw}: symlink loop, nothing to ingest", code="INVALID_PATH") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
             raise ConfigError(f"{raw}: symlink loop, nothing to ingest", code="INVALID_PATH") from None
         if isinstance(e, FileNotFoundError):
             raise ConfigError(f"no such file or folder: {raw}", code="PATH_NOT_FOUND") from None

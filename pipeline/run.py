@@ -202,7 +202,8 @@ class IngestRun:
             try:  # by its checked real path, no symlink followed, never blocking; over-size files are not read
                 data = await asyncio.to_thread(read_source, f, self.cfg.source.max_file_mb)
             except SourceError as e:
-                return self._fail(f, None, str(e))
+                self._fail(f, None, str(e))
+                return None
             digest = hashlib.sha256(data).hexdigest()
             if (
                 rec is not None
@@ -218,15 +219,18 @@ class IngestRun:
             try:
                 doc, chunks = await asyncio.to_thread(self._parse_chunk, data, f, path)
             except ParseError as e:
-                return self._fail(f, digest, str(e))
+                self._fail(f, digest, str(e))
+                return None
             except Exception as e:  # noqa: BLE001 - one bad document never stops the run
-                return self._fail(f, digest, f"parser error: {type(e).__name__}: {e}")
+                self._fail(f, digest, f"parser error: {type(e).__name__}: {e}")
+                return None
         self.s.warnings += [FileIssue(path=f.rel, reason=w) for w in doc.warnings]
         with self.clock.stage("embed"):
             try:
                 columns = await self.enricher.enrich(chunks)
             except ShoalError as e:  # the engine refused or failed this document's tasks
-                return self._fail(f, digest, f"enrichment failed: {e.code}: {e.message}")
+                self._fail(f, digest, f"enrichment failed: {e.code}: {e.message}")
+                return None
         self.s.chunks_embedded += len(chunks)
         self.s.tokens_embedded += sum(c.n_tokens for c in chunks)
         self.s.pages += doc.pages

@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy engine shoal
+.venv/bin/mypy engine shoal pipeline connectors agent_tools
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

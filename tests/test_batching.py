@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -78,3 +79,26 @@ async def test_budget_below_max_len_is_raised_to_fit_one_sequence(tiny_bert: Pat
         r = await eng.encode(str(tiny_bert), [long, "dog"])
         assert len(r) == 2
         assert all(b.tokens <= max(budget, 64) for b in eng.worker.stats.recent)
+
+
+async def test_a_lone_caller_does_not_wait_for_company_but_overlapping_callers_do(tiny_bert: Path) -> None:
+    """The batch linger (SHOAL_BATCH_WAIT_MS) is spent only while callers overlap: a caller alone is served at
+    once; after a pull of several tasks the worker lingers again. Checked on the waits the worker asks for."""
+    async with AsyncEngine(EngineSettings(batch_wait_ms=300)) as eng:
+        model = str(tiny_bert)
+        assert eng.queue is not None
+        pull, waits = eng.queue.pull, []
+
+        async def recording_pull(*args: Any, **kw: Any) -> Any:
+            waits.append(kw["wait"])
+            return await pull(*args, **kw)
+
+        eng.queue.pull = recording_pull  # type: ignore[method-assign]
+        for text in ("one", "caller", "alone"):
+            await eng.encode(model, text)
+        alone = list(waits)
+        together = await asyncio.gather(*(eng.encode(model, _texts(c, 1)) for c in range(8)))
+        await eng.encode(model, "after the crowd")
+    assert len(together) == 8
+    assert alone and set(alone) == {0.0}, f"a lone caller's pulls lingered: {alone}"
+    assert 0.3 in waits[len(alone) :], f"overlapping callers never got the linger: {waits}"

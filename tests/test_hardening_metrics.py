@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from engine.http.edge import endpoint_label
 from engine.wire import packb
 from tests.hardening_support import MINILM, connect, head, label_values, samples
 from tests.helpers import LiveServer, free_port
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LiveServer]:
-    # a worker that lingers 2 s to fill each batch: a request stays unanswered long enough to hang up on
+    # a worker that lingers 2 s to fill a batch while callers overlap: after a crowd, a request stays unanswered
+    # long enough to hang up on
     srv = LiveServer(env={"SHOAL_BATCH_WAIT_MS": "2000"}).wait_ready()
     yield srv
     srv.stop()
@@ -87,6 +89,13 @@ def test_random_ids_and_malformed_bodies_add_no_label_values(server: LiveServer)
     assert len(httpx.get(f"{server.url}/metrics").text) < size * 1.05  # the page did not grow (counts only)
 
 
+async def crowd(url: str, n: int) -> None:
+    """n callers at once, so that the worker's last pull took several tasks."""
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        calls = [client.post(f"/v1/encode/{MINILM}", json={"items": [{"text": f"caller {i}"}]}) for i in range(n)]
+        assert {r.status_code for r in await asyncio.gather(*calls)} == {200}
+
+
 def test_client_hang_ups_are_counted_as_499_not_500(server: LiveServer) -> None:
     def codes() -> dict[str, float]:
         out: dict[str, float] = {}
@@ -104,7 +113,9 @@ def test_client_hang_ups_are_counted_as_499_not_500(server: LiveServer) -> None:
     )
     time.sleep(0.3)
     s.close()
-    # 2. gone while the answer is on its way (the worker lingers 2 s before it runs the batch)
+    # 2. gone while the answer is on its way: after a crowd of callers the worker lingers 2 s before it runs the
+    # next batch (a lone caller is served at once, so the crowd comes first)
+    asyncio.run(crowd(server.url, 8))
     body = packb({"items": [{"text": "a short text"}]})
     s = connect(server.port)
     s.sendall(
@@ -168,3 +179,20 @@ def test_metrics_on_their_own_port_with_cors_configured() -> None:
         assert r.headers.get("access-control-allow-origin") != "https://evil.example"
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize(
+    ("path", "label"),
+    [
+        ("/v1/encode/org/model", "encode"),
+        ("/v2/rerank", "rerank"),
+        ("/embed", "embed"),
+        ("/infinity/embeddings", "embeddings"),
+        ("/infinity/rerank", "rerank"),
+        ("/infinity/anything", "other"),
+        ("/v1/no-such-route", "other"),
+        ("/", "other"),
+    ],
+)
+def test_every_route_family_has_a_bounded_endpoint_label(path: str, label: str) -> None:
+    assert endpoint_label(path) == label

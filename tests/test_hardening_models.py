@@ -150,6 +150,9 @@ def test_missing_weights_are_model_unavailable_and_say_how_to_provide_them(
         assert str(disk["base"]) not in r.text and "checkpoint folder itself" not in r.text
     r = httpx.post(f"{closed.url}/v1/encode/{MINILM}", json={"items": [{"text": "x"}]}, timeout=120)
     assert r.status_code == 200
+    tei = httpx.post(f"{closed.url}/embed", json={"inputs": "x", "model": "BAAI/bge-m3"}, timeout=120)
+    assert tei.status_code == 503, tei.text  # TEI's shape: a model that cannot run here is Unhealthy
+    assert tei.json()["error_type"] == "Unhealthy" and tei.json()["code"] == "MODEL_UNAVAILABLE", tei.text
 
 
 def test_lora_names_follow_the_same_rules(closed: LiveServer, disk: dict[str, Path]) -> None:

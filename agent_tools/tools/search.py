@@ -81,7 +81,7 @@ def check_store(s: ToolSettings, db: str, collection: str) -> None:
 
 def jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
     """Metadata a tool result can carry: plain values and small lists; vectors and other blobs are left out."""
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in metadata.items():
         value = value.tolist() if hasattr(value, "tolist") else value
         if isinstance(value, (str, int, float, bool)) or value is None:

@@ -1,4 +1,4 @@
-"""BERT encoder (absolute positions, post-norm LayerNorm, GELU MLP) over a packed batch."""
+"""BERT encoder (absolute or rotary positions, post-norm LayerNorm, GELU MLP) over a packed batch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from engine.arch.heads import ClassifierHead, MLMHead
-from engine.arch.layers import PackedBatch, PostNormBlock
+from engine.arch.layers import PackedBatch, PostNormBlock, Rotary
 
 
 @dataclass
@@ -23,31 +23,54 @@ class BertConfig:
     hidden_act: str = "gelu"
     layer_norm_eps: float = 1e-12
     position_offset: int = 0  # XLM-R counts positions from padding_idx + 1
+    rotary_base: float | None = None  # rotary positions (Jina's XLM-R fork) instead of a position table
 
     @property
     def max_len(self) -> int:
         return self.max_position_embeddings - self.position_offset
 
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
     @classmethod
     def from_dict(cls, cfg: dict[str, Any]) -> BertConfig:
-        if cfg.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"position_embedding_type {cfg['position_embedding_type']!r} is not supported")
-        return cls(**{k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg})
+        kind = cfg.get("position_embedding_type", "absolute")
+        if kind not in ("absolute", "rotary"):
+            raise ValueError(f"position_embedding_type {kind!r} is not supported")
+        c = cls(**{k: cfg[k] for k in cls.__dataclass_fields__ if k in cfg and k != "rotary_base"})
+        if kind == "rotary":
+            c.rotary_base = rotary_base(cfg, c.head_dim)
+        return c
+
+
+def rotary_base(cfg: dict[str, Any], head_dim: int) -> float:
+    """The rotary base of Jina's XLM-R fork (its create_mixer_cls: flash-attn RotaryEmbedding over the whole
+    head, base `rotary_emb_base`, halves rotated unless `rotary_emb_interleaved`); other variants refused."""
+    if "rotary_emb_base" not in cfg:
+        raise ValueError("position_embedding_type 'rotary' needs rotary_emb_base")
+    if int(cfg.get("rotary_emb_dim") or head_dim) != head_dim:
+        raise ValueError(f"rotary_emb_dim {cfg['rotary_emb_dim']} (partial rotary) is not supported")
+    if cfg.get("rotary_emb_interleaved") or cfg.get("rotary_emb_scale_base") is not None:
+        raise ValueError("interleaved or scaled (xPos) rotary embeddings are not supported")
+    return float(cfg["rotary_emb_base"])
 
 
 class BertEmbeddings(nn.Module):
-    """Token + absolute position + token type lookups, then LayerNorm."""
+    """Token + absolute position (none with rotary positions) + token type lookups, then LayerNorm."""
 
     def __init__(self, c: BertConfig) -> None:
         super().__init__()
         self.tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.positions = nn.Embedding(c.max_position_embeddings, c.hidden_size)
+        self.positions = nn.Embedding(c.max_position_embeddings, c.hidden_size) if c.rotary_base is None else None
         self.token_types = nn.Embedding(c.type_vocab_size, c.hidden_size)
         self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.offset = c.position_offset
 
     def forward(self, batch: PackedBatch) -> Tensor:
-        x = self.tokens(batch.input_ids) + self.positions(batch.positions + self.offset)
+        x = self.tokens(batch.input_ids)
+        if self.positions is not None:
+            x = x + self.positions(batch.positions + self.offset)
         return self.norm(x + self.token_types(batch.token_type_ids))  # [T, hidden]
 
 
@@ -62,11 +85,14 @@ class Bert(nn.Module):
             PostNormBlock(c.hidden_size, c.num_attention_heads, c.intermediate_size, c.hidden_act, c.layer_norm_eps)
             for _ in range(c.num_hidden_layers)
         )
+        self.rotary = Rotary(c.head_dim, c.rotary_base) if c.rotary_base is not None else None
 
     def forward(self, batch: PackedBatch) -> Tensor:
         x = self.embeddings(batch)  # [T, hidden]
+        # rotary positions count from 0 in each sequence (no padding offset)
+        rope = self.rotary(batch.positions, x.dtype) if self.rotary is not None else None
         for layer in self.layers:
-            x = layer(x, batch)
+            x = layer(x, batch, rope)
         return x  # [T, hidden]
 
 

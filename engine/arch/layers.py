@@ -258,8 +258,8 @@ class PostNormBlock(nn.Module):
         self.mlp = MLP(hidden, intermediate, activation)
         self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
 
-    def forward(self, x: Tensor, batch: PackedBatch) -> Tensor:
-        x = self.attn_norm(x + self.attn(x, batch))  # [T, hidden]
+    def forward(self, x: Tensor, batch: PackedBatch, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        x = self.attn_norm(x + self.attn(x, batch, rope))  # [T, hidden]
         return self.mlp_norm(x + self.mlp(x))
 
 

@@ -1,10 +1,10 @@
-"""XLM-RoBERTa (bge-m3, multilingual-e5-large): BERT whose positions start at padding_idx + 1."""
+"""XLM-RoBERTa (bge-m3, multilingual-e5-large, jina-reranker-v2): BERT whose positions start at padding_idx + 1."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.arch import bert
+from engine.arch import bert, flash_names
 from engine.arch.heads import ClassifierHead, MLMHead
 
 
@@ -32,7 +32,9 @@ def mlm(cfg: dict[str, Any]) -> MLMHead:
 
 HEADS = {"classifier": classifier, "mlm": mlm}
 TOKEN_EMBEDDING = bert.TOKEN_EMBEDDING
-HF_RENAMES = [(r"^roberta\.", ""), *bert.HF_RENAMES]
+# Hugging Face names, and flash-attn BERT names (Jina's fork: emb_ln, mixer.Wqkv, ...; see flash_names)
+HF_RENAMES = [(r"^roberta\.", ""), *flash_names.FLASH_RENAMES, *bert.HF_RENAMES]
+CONVERT = flash_names.split_wqkv  # a fused Wqkv (flash-attn layout) becomes query, key, value
 HF_IGNORED = [r"^(roberta\.)?pooler\.", r"^lm_head\.", r"^classifier\.", r"position_ids$"]
 HF_HEAD_RENAMES: dict[str, list[tuple[str, str]]] = {
     "classifier": [(r"^classifier\.dense\.", "dense."), (r"^classifier\.out_proj\.", "out.")],

@@ -19,7 +19,28 @@ FAMILY_BY_MODEL_TYPE = {
     "qwen3": "qwen3",
     "llama": "llama",
 }
+# A config without model_type (Jina's XLM-R fork: its AutoConfig is custom code, never run here) names
+# its family through its class: the first prefix here (most specific first) architectures[0] starts with.
+FAMILY_BY_CLASS_PREFIX = [
+    ("XLMRoberta", "xlm_roberta"),
+    ("Roberta", "xlm_roberta"),
+    ("ModernBert", "modernbert"),
+    ("Bert", "bert"),
+    ("Qwen3", "qwen3"),
+    ("Llama", "llama"),
+]
 DECODERS = ("qwen3", "llama")
+
+
+def family_of(config: dict[str, Any]) -> tuple[str | None, str]:
+    """(family or None, what the config names): from model_type, else from the first architecture class."""
+    model_type = config.get("model_type")
+    if model_type is not None:
+        return FAMILY_BY_MODEL_TYPE.get(str(model_type)), repr(model_type)
+    classes = config.get("architectures") or []
+    first = str(classes[0]) if isinstance(classes, list) and classes else ""
+    family = next((f for prefix, f in FAMILY_BY_CLASS_PREFIX if first.startswith(prefix)), None)
+    return family, repr(first or None)
 
 
 def read_json(path: Path, name: str | None = None) -> dict[str, Any] | list[Any] | None:
@@ -116,10 +137,9 @@ def _infer(folder: Path, model_id: str) -> ModelCard:
     config = read_json(folder / "config.json", f"{model_id!r}: config.json")
     if not isinstance(config, dict):
         raise ModelLoadFailed(f"{model_id!r} has no config.json; it is not a transformers checkpoint")
-    model_type = config.get("model_type")
-    family = FAMILY_BY_MODEL_TYPE.get(str(model_type))
+    family, named = family_of(config)
     if family is None:
-        raise ModelLoadFailed(f"{model_id!r}: architecture {model_type!r} is not supported yet")
+        raise ModelLoadFailed(f"{model_id!r}: architecture {named} is not supported yet")
     pooling, normalize = _pooling_from_st(folder, model_id)
     st_cfg = read_object(folder / "sentence_bert_config.json", f"{model_id!r}: sentence_bert_config.json")
     positions = int(config.get("max_position_embeddings", 512))

@@ -44,9 +44,10 @@ Public = Callable[[str, str], bool]  # (method, path) -> True for a request no k
 
 
 def endpoint_label(path: str) -> str:
-    """A bounded endpoint label: /v1/encode/x -> encode, /embed -> embed, anything unknown -> other."""
+    """A bounded endpoint label: /v1/encode/x -> encode, /embed -> embed, /infinity/rerank -> rerank, anything
+    unknown -> other."""
     parts = [p for p in path.split("/") if p]
-    if parts and parts[0] in ("v1", "v2"):
+    if parts and parts[0] in ("v1", "v2", "infinity"):
         parts = parts[1:]
     return parts[0] if parts and parts[0] in ENDPOINTS else "other"
 

@@ -30,11 +30,13 @@ from engine.tasks.token_input import parse_input
 router = APIRouter()
 ERROR_TYPES = {"QUEUE_FULL": "Overloaded", "MODEL_LOADING": "Overloaded", "RESOURCE_EXHAUSTED": "Overloaded"}
 ERROR_TYPES |= {"MODEL_LOAD_FAILED": "Backend", "INTERNAL": "Backend", "DEADLINE_EXCEEDED": "Backend"}
+ERROR_TYPES |= {"RATE_LIMITED": "Overloaded", "MODEL_UNAVAILABLE": "Unhealthy", "UNREACHABLE": "Unhealthy"}
 PROMPTS = {"query": True, "document": False, "passage": False}
 
 
 def tei_error(err: ShoalError) -> dict[str, Any]:
-    """TEI's error body; bad input is a Validation error."""
+    """TEI's error body: TEI's error types (Validation for bad input, Overloaded for back-pressure, Unhealthy
+    for a model that cannot run here, Backend for a failure while running)."""
     return {"error": err.message, "error_type": ERROR_TYPES.get(err.code, "Validation"), "code": err.code}
 
 

@@ -45,7 +45,7 @@ def _build_bert(config: dict[str, Any]) -> nn.Module:
 
 FAMILIES: dict[str, Family] = {
     "bert": _family(bert, _build_bert),
-    "xlm_roberta": _family(xlm_roberta, xlm_roberta.build),
+    "xlm_roberta": _family(xlm_roberta, xlm_roberta.build, convert=xlm_roberta.CONVERT),
     "modernbert": _family(modernbert, modernbert.build, convert=modernbert.split_fused),
     "qwen3": _family(decoder, decoder.build_qwen3),
     "llama": _family(decoder, decoder.build_llama),
@@ -169,7 +169,10 @@ def load_modules(
     rules = {h: fam.head_renames.get(h, []) + GENERIC_HEAD_RENAMES.get(h, []) for h in heads}
     state = rename_checkpoint(_read_tensors(folder, heads), fam.renames, fam.ignored, rules)
     if fam.convert is not None:
-        state = fam.convert(state)
+        try:
+            state = fam.convert(state)
+        except ValueError as e:  # a fused tensor that cannot be split: the checkpoint's fault, named
+            raise ModelLoadFailed(f"weights in {folder} do not match config.json and the card: {e}") from e
     tied = [h for h in heads if h in TIED and f"heads.{h}.{TIED[h]}" not in state]
     for h in tied:  # no output weight in the checkpoint: the head shares the token embeddings
         if f"backbone.{fam.token_embedding}" in state:

@@ -78,6 +78,13 @@ class Worker:
         self.stats = WorkerStats()
         self._faults = faults
         self._cold: set[asyncio.Task[None]] = set()  # batches waiting for their model to load
+        self._last_pull = 0  # tasks the last pull took: callers overlap when it took more than one
+        self._budgets: tuple[frozenset[str], int] = (frozenset(), DEFAULT_PULL_TOKENS)  # pull budget per resident set
+
+    def linger(self) -> float:
+        """Seconds to wait for a fuller batch: the configured linger while callers overlap (the last pull took
+        several tasks), none for a lone caller, whose request would only wait for company that never comes."""
+        return self.settings.batch_wait_ms / 1000 if self._last_pull > 1 else 0.0
 
     async def run(self) -> None:
         while True:
@@ -85,8 +92,9 @@ class Worker:
                 prefer=self.registry.resident(),
                 max_tasks=1024,
                 max_tokens=self.pull_budget(),
-                wait=self.settings.batch_wait_ms / 1000,
+                wait=self.linger(),
             )
+            self._last_pull = len(deliveries)
             by_model: dict[str, list[Delivery]] = {}
             for d in deliveries:
                 by_model.setdefault(d.task.model, []).append(d)
@@ -103,11 +111,14 @@ class Worker:
         workers on one queue the rest stays for the idle ones instead of one worker hoarding it."""
         if self.settings.max_batch_tokens:
             return self.settings.max_batch_tokens
-        budgets = [
-            device_profile(self.registry.catalogue.get(m), self.settings.device).profile.max_batch_tokens
-            for m in self.registry.resident()
-        ]
-        return max(budgets, default=DEFAULT_PULL_TOKENS)
+        resident = frozenset(self.registry.resident())
+        if resident != self._budgets[0]:  # worked out again only when the resident set changes
+            budgets = [
+                device_profile(self.registry.catalogue.get(m), self.settings.device).profile.max_batch_tokens
+                for m in resident
+            ]
+            self._budgets = (resident, max(budgets, default=DEFAULT_PULL_TOKENS))
+        return self._budgets[1]
 
     async def serve(self, model: str, group: list[Delivery]) -> None:
         """Run one model's deliveries; every delivery is acked or termed, whatever happens."""

@@ -38,10 +38,10 @@ COLUMNS: list[Column] = [
     Column("model", lambda i: str(i["name"])),
     Column("tasks", lambda i: " ".join(i["tasks"])),
     Column("outputs", _outputs),
-    Column("length", lambda i: str(i["max_sequence_length"])),
+    Column("len", lambda i: str(i["max_sequence_length"])),  # short: ids up to 41 characters fit 80 columns
     Column("weights", lambda i: str(i["weights"]["source"])),
 ]
-LEGEND = "length: the longest input, in tokens. weights: package, hf-cache or path = on this machine; hub = downloaded on first use; missing = not here."
+LEGEND = "len: the longest input, in tokens. weights: package, hf-cache or path = on this machine; hub = downloaded on first use; missing = not here."
 PRECISIONS = "precisions that passed the quality gate in the last `shoal tune` on {device} (* the one in use):"
 
 
