@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from bench.extract_common import LABELS, THRESHOLD, make_model, make_texts, windows_of  # noqa: E402
+from bench.extract_common import LABELS, MODEL_ID, THRESHOLD, make_model, make_texts, windows_of  # noqa: E402
 from bench.extract_concurrent import bound, concurrent  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def key(e: dict[str, Any]) -> tuple[int, int, str]:
 # -- 1. batched, in-process ------------------------------------------------------------------------
 
 
-async def batched(folder: Path, texts: list[str], threads: int, repeats: int) -> dict[str, Any]:
+async def batched(folder: Path, cards: Path, texts: list[str], threads: int, repeats: int) -> dict[str, Any]:
     import torch
 
     from engine.config import EngineSettings
@@ -78,8 +78,8 @@ async def batched(folder: Path, texts: list[str], threads: int, repeats: int) ->
 
     torch.set_num_threads(threads)
     ref = reference(folder)
-    model = str(folder)
-    async with AsyncEngine(EngineSettings(threads=threads)) as eng:
+    model = MODEL_ID  # served by its card (windows sharing the card's overlap), as the servers serve it
+    async with AsyncEngine(EngineSettings(threads=threads, model_dir=cards)) as eng:
         await eng.extract(model, texts[:4], labels=LABELS)  # load and warm up
         loaded = await eng.registry.get(model)
         assert isinstance(loaded, GlinerModel)
@@ -127,7 +127,7 @@ def long_text(words: int, seed: int = 3) -> str:
     return " ".join(rnd.choice(WORDS) for _ in range(words))
 
 
-async def scaling(folder: Path, threads: int, sizes: list[int]) -> dict[str, Any]:
+async def scaling(cards: Path, threads: int, sizes: list[int]) -> dict[str, Any]:
     import torch
 
     from engine.config import EngineSettings
@@ -136,10 +136,10 @@ async def scaling(folder: Path, threads: int, sizes: list[int]) -> dict[str, Any
     from engine.worker.extraction.windows import Found, merge, plan_windows
 
     torch.set_num_threads(threads)
-    model = str(folder)
+    model = MODEL_ID
     end_to_end: dict[int, float] = {}
     path_only: dict[int, float] = {}
-    async with AsyncEngine(EngineSettings(threads=threads, request_timeout_s=3600)) as eng:
+    async with AsyncEngine(EngineSettings(threads=threads, request_timeout_s=3600, model_dir=cards)) as eng:
         await eng.extract(model, "warm up the model", labels=LABELS)
         loaded = await eng.registry.get(model)
         assert isinstance(loaded, GlinerModel)
@@ -204,7 +204,7 @@ def main() -> None:
         print(json.dumps(results), flush=True)
         parts = args.parts.split(",")
         if "batched" in parts:
-            results["batched"] = asyncio.run(batched(folder, texts, args.threads, args.repeats))
+            results["batched"] = asyncio.run(batched(folder, cards, texts, args.threads, args.repeats))
             print(json.dumps({"batched": results["batched"]}, indent=1), flush=True)
         if "concurrent" in parts:
             results["concurrent"] = concurrent(
@@ -215,7 +215,7 @@ def main() -> None:
             results["bound"] = bound(cards, texts, cores)
             print(json.dumps({"bound": results["bound"]}, indent=1), flush=True)
         if "scaling" in parts:
-            results["scaling"] = asyncio.run(scaling(folder, args.threads, sizes))
+            results["scaling"] = asyncio.run(scaling(cards, args.threads, sizes))
             print(json.dumps({"scaling": results["scaling"]}, indent=1), flush=True)
     name = f"extract-{args.parts.replace(',', '-')}-h{args.hidden}-c{len(cores)}.json"
     out = ROOT / "bench" / "results" / name
