@@ -216,7 +216,7 @@ except ModelLoadFailed as e:
 
 def test_token_counts_are_remembered_within_a_bound(gliner_dirs: dict[str, Path], monkeypatch: Any) -> None:
     """Remembered word and prompt counts equal the tokenizer's own, new words alone reach the tokenizer, and
-    the caches stay bounded whatever the traffic."""
+    the caches stay bounded whatever the traffic (in entries, and in size: long words are not kept)."""
     from engine.model import gliner_runtime
 
     model = load_through_catalogue(str(gliner_dirs["span"]))
@@ -228,7 +228,10 @@ def test_token_counts_are_remembered_within_a_bound(gliner_dirs: dict[str, Path]
     asked: list[list[str]] = []
     real = model._count_tokens
     monkeypatch.setattr(model, "_count_tokens", lambda ws: asked.append(ws) or real(ws))
-    assert model.token_counts(words[::-1]) == want[::-1] and asked == []
+    assert model.token_counts(words[::-1]) == want[::-1]
+    assert asked == [["x" * 300]]  # a long word is counted afresh: the cache's size is bounded in bytes too
+    assert "x" * 300 not in model._word_tokens
+    asked.clear()
     assert model.token_counts(["brandnewword", words[0], "brandnewword"])[1] == want[0]
     assert asked == [["brandnewword"]]
     monkeypatch.setattr(gliner_runtime, "WORD_CACHE", 50)
@@ -241,3 +244,5 @@ def test_token_counts_are_remembered_within_a_bound(gliner_dirs: dict[str, Path]
         model.prompt_tokens([f"label {i}"])
         assert len(model._prompts) <= 3
     assert model.prompt_tokens(LABELS) == prompt
+    huge = [f"{i} " + "y" * 5000 for i in range(3)]
+    assert model.prompt_tokens(huge) == model._count_prompt(tuple(huge)) and tuple(huge) not in model._prompts

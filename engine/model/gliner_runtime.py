@@ -34,7 +34,9 @@ GLINER_VERSION = "0.2.29"  # the release this runtime is written against (script
 SERVED = ("UniEncoderSpanGLiNER", "UniEncoderTokenGLiNER", "BiEncoderSpanGLiNER", "BiEncoderTokenGLiNER")
 MAX_TOKENS = 512  # when neither the encoder's config nor its tokenizer says how long an input may be
 WORD_CACHE = 65_536  # words whose token counts are kept (cleared when full: bounded, whatever the traffic)
+CACHED_WORD_CHARS = 64  # longer words (rare; a text with no spaces is one word) are counted afresh each time
 PROMPT_CACHE = 256  # label lists whose prompt lengths are kept (oldest dropped first)
+CACHED_PROMPT_CHARS = 4096  # label lists longer than this in all are counted afresh each time
 Word = tuple[str, int, int]  # a word and its character offsets [start, end) in the text
 
 
@@ -111,7 +113,7 @@ class GlinerModel:
         if len(known) + len(fresh) > WORD_CACHE:
             known.clear()
         if len(fresh) <= WORD_CACHE:
-            known.update(fresh)
+            known.update((w, n) for w, n in fresh.items() if len(w) <= CACHED_WORD_CHARS)
         return counts
 
     def _count_tokens(self, words: list[str]) -> list[int]:
@@ -124,11 +126,14 @@ class GlinerModel:
     def prompt_tokens(self, labels: Sequence[str]) -> int:
         """Tokens a sequence spends before its text: special tokens, and (uni-encoders) the label prompt."""
         key = tuple(labels)
-        if key not in self._prompts:
+        if key in self._prompts:
+            return self._prompts[key]
+        count = self._count_prompt(key)
+        if sum(map(len, key)) <= CACHED_PROMPT_CHARS:  # a huge label list is counted afresh, never kept
             if len(self._prompts) >= PROMPT_CACHE:
                 del self._prompts[next(iter(self._prompts))]
-            self._prompts[key] = self._count_prompt(key)
-        return self._prompts[key]
+            self._prompts[key] = count
+        return count
 
     def _count_prompt(self, labels: tuple[str, ...]) -> int:
         processor = self.runtime.data_processor
