@@ -237,3 +237,28 @@ def test_health_never_waits_behind_big_bodies(default: LiveServer) -> None:
     assert statuses == [413] * 4
     assert results and all(status == 200 for status, _ in results), results
     print(f"\n/healthz during 4 x 30 MB bodies: {len(results)} probes, worst {max(t for _, t in results):.3f}s")
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_a_client_still_writing_its_body_reads_the_413(tight: LiveServer, declared: bool) -> None:
+    """The server refuses the body after its head, while the client is still writing; the client then writes
+    2 MiB more and must still read the 413 (a socket closed with unread bytes resets, and the answer is lost)."""
+    body = b" " * (2 * 1024 * 1024)
+    extra = {"Content-Length": str(len(body))} if declared else {"Transfer-Encoding": "chunked"}
+    s = connect(tight.port)
+    try:
+        s.sendall(head("POST", f"/v1/encode/{MINILM}", {"Content-Type": "application/json", **extra}))
+        if not declared:  # one chunk over the limit: refused as it streams
+            s.sendall(b"%x\r\n" % (1024 * 1024 + 1) + b" " * (1024 * 1024 + 1) + b"\r\n")
+        time.sleep(0.3)  # the refusal is decided by now
+        piece = 64 * 1024
+        for i in range(0, len(body), piece):
+            chunk = body[i : i + piece]
+            s.sendall(chunk if declared else b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+        if not declared:
+            s.sendall(b"0\r\n\r\n")
+        reply = read_reply(s, timeout=30)
+    finally:
+        s.close()
+    assert reply.startswith(b"HTTP/1.1 413") and b"PAYLOAD_TOO_LARGE" in reply, reply[:200]
+    assert healthy(tight)

@@ -3,9 +3,13 @@ streams (size and time), notices a client that hung up, counts every request wit
 any error into the route family's error body (never a bare 500).
 
 Order for one request: health probes pass straight through; a key in the URL is refused; the key is
-matched and rate-limited; a declared body over the limit is 413 before a byte is read; the route runs
+matched and rate-limited; a declared body over the limit is 413 before a byte is kept; the route runs
 with a `receive` that stops at the size limit (413) or the body deadline (408); once the body is in, a
 watcher waits for the client to hang up and cancels the route if it does (counted as code 499).
+
+Before a 413 goes out, up to DRAIN_BYTES more of the body are read and thrown away (for DRAIN_S at most):
+closing a socket with unread bytes in it resets the connection, and a client still writing its body would
+see the reset instead of the 413.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ log = logging.getLogger("shoal.http")
 HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 ENDPOINTS = frozenset({"encode", "score", "extract", "embeddings", "rerank", "models", "tools", "embed"})
 ENDPOINTS |= {"embed_sparse", "predict", "tokenize", "info", "status", "search"}
+DRAIN_BYTES = 16 * 1024 * 1024  # body bytes read and dropped before a 413, so that the client gets to read it
+DRAIN_S = 1.0  # ... for this long at most (a client that stalls gets its 413 then)
 CLIENT_CLOSED = "499"  # the code label of a request whose client hung up before its answer
 Respond = Callable[[str, ShoalError], Response]  # (path, error) -> the route family's error response
 Public = Callable[[str, str], bool]  # (method, path) -> True for a request no key guards
@@ -103,6 +109,8 @@ class Edge:
             if task is not None:
                 task.uncancel()  # the cancel was ours (the client hung up): the connection's task goes on
         except ShoalError as e:
+            if e.status == 413 and not ex.body_done:
+                await self._drain(scope, receive, ex)
             await self._answer(scope, send, ex, e)
         except Exception as e:  # noqa: BLE001 - last resort: a typed 500, and the server stays up
             if not ex.disconnected:  # a hang-up mid-body surfaces as the route's ClientDisconnect: no error
@@ -224,6 +232,24 @@ class Edge:
             raise ex.error
 
     # -- answers and counts ------------------------------------------------------------------------
+
+    async def _drain(self, scope: Scope, receive: Receive, ex: Exchange) -> None:
+        """Read and drop the rest of a refused body, DRAIN_BYTES and DRAIN_S at most (nothing when its declared
+        length is beyond that: the connection is reset whatever we do)."""
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
+        if declared.isdigit() and int(declared) - ex.received > DRAIN_BYTES:
+            return
+        dropped = 0
+        with contextlib.suppress(TimeoutError, OSError, RuntimeError):
+            async with asyncio.timeout(DRAIN_S):
+                while dropped <= DRAIN_BYTES:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        ex.disconnected = True
+                        return
+                    dropped += len(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        return
 
     async def _answer(self, scope: Scope, send: Send, ex: Exchange, err: ShoalError) -> None:
         """The error in the route family's shape (unless an answer already started or nobody listens)."""
