@@ -22,6 +22,9 @@ class EngineSettings(BaseSettings):
     threads: int | None = Field(
         default=None, ge=1, description="torch intra-op and tokenizer threads; None: the cores this process may use"
     )
+    idle_release_s: float = Field(
+        default=5.0, ge=0, description="an idle worker returns freed memory to the OS after this; 0: never"
+    )
     max_items: int = Field(
         default=2048, ge=1, description="most items one HTTP request may carry (OpenAI's own limit is 2,048)"
     )

@@ -88,6 +88,9 @@ class AsyncEngine(ModelCalls):
         if self._run_worker:
             self.worker = Worker(self.queue, self.registry, self.settings, faults=self._faults)
             self._tasks.append(asyncio.create_task(self.worker.run(), name="shoal-worker"))
+            if self.settings.idle_release_s > 0:  # an idle worker gives freed memory back to the OS
+                idle = self.worker.release_when_idle(self.settings.idle_release_s)
+                self._tasks.append(asyncio.create_task(idle, name="shoal-release"))
             for model in [*self.settings.preload, *self.registry.pinned_models()]:
                 await self.registry.get(model)
         self.ready = True

@@ -15,6 +15,7 @@ import torch
 from engine.config import EngineSettings
 from engine.errors import DeadlineExceeded, InternalError, ResourceExhausted, ShoalError
 from engine.metrics import BATCH_FILL, BATCH_TOKENS, COMPUTED_TOKENS, ITEMS, QUEUE_WAIT, TOKENS
+from engine.model.allocator import release_memory
 from engine.model.memory import FaultInjector
 from engine.model.precision import device_profile
 from engine.queue.protocol import Delivery, WorkQueue
@@ -80,6 +81,9 @@ class Worker:
         self._cold: set[asyncio.Task[None]] = set()  # batches waiting for their model to load
         self._last_pull = 0  # tasks the last pull took: callers overlap when it took more than one
         self._budgets: tuple[frozenset[str], int] = (frozenset(), DEFAULT_PULL_TOKENS)  # pull budget per resident set
+        self._busy = 0  # batches of this worker running now
+        self._worked = asyncio.Event()  # set when a batch ends
+        self.releases = 0  # times an idle worker returned its freed memory to the OS
 
     def linger(self) -> float:
         """Seconds to wait for a fuller batch: the configured linger while callers overlap (the last pull took
@@ -120,8 +124,27 @@ class Worker:
             self._budgets = (resident, max(budgets, default=DEFAULT_PULL_TOKENS))
         return self._budgets[1]
 
+    async def release_when_idle(self, idle_s: float) -> None:
+        """Return freed memory to the OS once no batch has run for `idle_s` (engine/model/allocator.py); while
+        work flows it stays with the process, for the next batch to reuse."""
+        while True:
+            await self._worked.wait()
+            self._worked.clear()
+            await asyncio.sleep(idle_s)
+            if not self._worked.is_set() and self._busy == 0:
+                await asyncio.to_thread(release_memory)
+                self.releases += 1
+
     async def serve(self, model: str, group: list[Delivery]) -> None:
         """Run one model's deliveries; every delivery is acked or termed, whatever happens."""
+        self._busy += 1
+        try:
+            await self._serve(model, group)
+        finally:
+            self._busy -= 1
+            self._worked.set()
+
+    async def _serve(self, model: str, group: list[Delivery]) -> None:
         now = time.time()
         live: list[Delivery] = []
         for d in group:
