@@ -16,6 +16,7 @@ import yaml
 
 from tests.deploy_support import DEPLOY, need_tool
 from tests.helpers import REPO, LiveServer, free_port
+from tests.test_packaging import PACKAGED_EXTRAS
 
 DOCKER = DEPLOY / "docker"
 DOCKERFILES = [DOCKER / "Dockerfile", DOCKER / "Dockerfile.cuda"]
@@ -66,12 +67,11 @@ def test_dockerfile_structure(dockerfile):
     # one image for gateway and worker: the command picks
     assert json.loads(dict(final)["ENTRYPOINT"]) == ["shoal"]
     assert json.loads(dict(final)["CMD"])[0] == "serve"
-    # torch pinned to 2.13.0 from PyTorch's wheel index, installed before the project
-    torch = [a for w, a in ins if w == "RUN" and "torch==2.13.0" in a]
-    assert len(torch) == 1 and "--index-url" in torch[0]
-    runs = [a for w, a in ins if w == "RUN"]
-    project = [i for i, a in enumerate(runs) if "pip install ." in a]
-    assert project and runs.index(torch[0]) < project[0], "torch first, then the project"
+    # one install, through the script the packaging test runs, with the same extras; torch from PyTorch's index
+    (install,) = [a for w, a in ins if w == "RUN" and "scripts/install.sh" in a]
+    assert "TORCH_INDEX_URL=" in install and "download.pytorch.org/whl/" in install
+    assert f"SHOAL_EXTRAS={PACKAGED_EXTRAS}" in install, install
+    assert not [a for w, a in ins if w == "RUN" and "pip install" in a], "every install goes through the script"
     # every COPY source exists in the repository (the build context is the repository root)
     for w, a in ins:
         if w == "COPY" and not a.startswith("--from"):
@@ -82,6 +82,8 @@ def test_dockerfile_structure(dockerfile):
 def test_cpu_and_cuda_images_differ_only_where_they_must():
     cpu, cuda = instructions(DOCKERFILES[0]), instructions(DOCKERFILES[1])
     assert "download.pytorch.org/whl/cpu" in str(cpu) and "whl/${TORCH_CUDA}" in str(cuda)
+    strip_torch = [(w, a.replace("whl/${TORCH_CUDA}", "whl/cpu")) for w, a in cuda if w == "RUN" and "install.sh" in a]
+    assert strip_torch == [(w, a) for w, a in cpu if w == "RUN" and "install.sh" in a], "the same install but torch"
     assert ("ARG", "TORCH_CUDA=cu128") in cuda
     assert "SHOAL_DEVICE=cuda" in str(cuda) and "SHOAL_DEVICE" not in str(cpu)
     strip = {"ARG", "LABEL", "ENV", "RUN", "HEALTHCHECK"}
@@ -92,7 +94,7 @@ def test_cpu_and_cuda_images_differ_only_where_they_must():
 def test_dockerignore_sends_only_what_the_image_installs(dockerfile):
     ignore = Path(f"{dockerfile}.dockerignore").read_text().split()
     assert ignore[ignore.index("*")] == "*"
-    for src in ("pyproject.toml", "engine/", "shoal/", "deploy/docker/healthcheck.py"):
+    for src in ("pyproject.toml", "constraints.txt", "scripts/install.sh", "engine/", "shoal/", "deploy/docker/healthcheck.py"):
         assert f"!{src}" in ignore
 
 

@@ -181,19 +181,24 @@ def test_merge_keeps_duplicates_once_and_resolves_overlaps_like_gliner() -> None
     assert [f.label for f in multi] == ["org", "person"]  # one span, two labels
 
 
-def test_the_gliner_release_is_the_one_setup_installs() -> None:
-    """The runtime is written against one gliner release: the venv holds it, scripts/setup.sh installs it (without
-    the transformers cap its metadata carries), and pyproject.toml does not list it (which would downgrade
-    transformers for everything)."""
-    from importlib.metadata import version
+def test_the_gliner_release_is_the_one_the_extra_and_constraints_name() -> None:
+    """The runtime is written against one gliner release: the venv holds it, the `gliner` extra asks for it, and
+    constraints.txt (what CI and the images install) pins it, with a transformers its metadata accepts."""
+    from importlib.metadata import requires, version
+
+    from packaging.requirements import Requirement
 
     from engine.model.gliner_runtime import GLINER_VERSION
 
     assert version("gliner") == GLINER_VERSION
-    setup = (REPO / "scripts" / "setup.sh").read_text()
-    assert f'--no-deps "gliner=={GLINER_VERSION}"' in setup
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert not [d for d in deps if d.startswith("gliner")]
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (spec,) = [Requirement(d) for d in extras["gliner"]]
+    assert spec.name == "gliner" and spec.specifier.contains(GLINER_VERSION)
+    pins = dict(line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines() if "==" in line)
+    assert pins["gliner"] == GLINER_VERSION
+    caps = [Requirement(r) for r in requires("gliner") or [] if r.startswith("transformers")]
+    assert caps and all(c.specifier.contains(pins["transformers"]) for c in caps), (caps, pins["transformers"])
+    assert version("transformers") == pins["transformers"]
 
 
 def test_a_missing_gliner_package_is_a_clear_load_failure(gliner_dirs: dict[str, Path]) -> None:
@@ -211,7 +216,7 @@ except ModelLoadFailed as e:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300, check=False
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "refused: GLiNER models need the gliner package: pip install --no-deps gliner==" in out.stdout
+    assert "refused: GLiNER models need the gliner package: pip install 'shoal[gliner]'" in out.stdout
 
 
 def test_token_counts_are_remembered_within_a_bound(gliner_dirs: dict[str, Path], monkeypatch: Any) -> None:

@@ -30,7 +30,7 @@ from engine.model import memory
 from engine.model.loaded import LoadSpec
 from engine.model.precision import DeviceProfile
 
-GLINER_VERSION = "0.2.29"  # the release this runtime is written against (scripts/setup.sh installs it)
+GLINER_VERSION = "0.2.29"  # the release this runtime is written against (the `gliner` extra installs it)
 SERVED = ("UniEncoderSpanGLiNER", "UniEncoderTokenGLiNER", "BiEncoderSpanGLiNER", "BiEncoderTokenGLiNER")
 MAX_TOKENS = 512  # when neither the encoder's config nor its tokenizer says how long an input may be
 WORD_CACHE = 65_536  # words whose token counts are kept (cleared when full: bounded, whatever the traffic)
@@ -214,7 +214,7 @@ def build_runtime(folder: Path, config: dict[str, Any], device: str, dtype: torc
         import gliner  # lazily: only a GLiNER load pays for it
     except ImportError as e:
         raise ModelLoadFailed(
-            f"GLiNER models need the gliner package: pip install --no-deps gliner=={GLINER_VERSION} ({e})"
+            f"GLiNER models need the gliner package: pip install 'shoal[gliner]' ({e})"
         ) from None
     _refuse_remote_code(config, folder)
     state = read_state(folder)
