@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.aio import cancel_and_wait
-from engine.catalogue.availability import weights_status
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.catalogue import Catalogue, check_task, model_info
 from engine.catalogue.folders import FolderPolicy
+from engine.catalogue.weights import weights_status
 from engine.client.calls import ModelCalls
 from engine.client.sync import SyncFacade
 from engine.config import EngineSettings

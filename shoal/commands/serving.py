@@ -65,7 +65,7 @@ def check_auth(settings: EngineSettings) -> None:
 
 def check_preload(settings: EngineSettings) -> None:
     """Refuse, in one line, to start with a preload model that is unknown or has no weights here."""
-    from engine.catalogue.availability import weights_status
+    from engine.catalogue.weights import weights_status
     from engine.catalogue.catalogue import Catalogue
     from engine.catalogue.folders import FolderPolicy
     from engine.errors import ModelUnavailable
