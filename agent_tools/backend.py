@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
+    from engine.client.calls import Item
     from engine.client.protocol import ShoalClient
 
 
@@ -46,7 +47,7 @@ class ModelBackend:
         async def one(chunk: list[str]) -> list[dict[str, Any]]:
             self.calls.encode_requests += 1
             self.calls.encode_items += len(chunk)
-            return await self.client.encode(model, chunk, is_query=is_query or None, options=options)
+            return await self.client.encode(model, [*chunk], is_query=is_query or None, options=options)
 
         parts = await asyncio.gather(*(one(c) for c in self._chunks(texts)))
         return [row for part in parts for row in part]
@@ -59,7 +60,7 @@ class ModelBackend:
         async def one(chunk: list[str]) -> list[dict[str, Any]]:
             self.calls.extract_requests += 1
             self.calls.extract_items += len(chunk)
-            return await self.client.extract(model, chunk, labels=labels, options=options)
+            return await self.client.extract(model, [*chunk], labels=labels, options=options)
 
         parts = await asyncio.gather(*(one(c) for c in self._chunks(texts)))
         return [row for part in parts for row in part]
@@ -82,7 +83,7 @@ class ModelBackend:
         async def one(start: int, chunk: list[str]) -> list[tuple[int, float]]:
             self.calls.score_requests += 1
             self.calls.score_pairs += len(chunk)
-            items = [{"id": str(start + i), "text": t} for i, t in enumerate(chunk)]
+            items: list[Item] = [{"id": str(start + i), "text": t} for i, t in enumerate(chunk)]
             result = await self.client.score(model, query, items)
             return [(int(s["item_id"]), float(s["score"])) for s in result["scores"]]
 

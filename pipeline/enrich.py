@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.client.calls import Item
 from engine.client.protocol import ShoalClient
 from pipeline.chunking import Chunk
 from pipeline.config import ConfigError, PipelineConfig, Step
@@ -97,7 +98,7 @@ class Enricher:
     async def _batch(self, step: Step, chunks: list[Chunk], out: list[dict[str, Any]]) -> None:
         async with self._slots:
             if step.kind in ("entities", "classify"):
-                items = [{"id": c.id, "text": c.text} for c in chunks]
+                items: list[Item] = [{"id": c.id, "text": c.text} for c in chunks]
                 options = dict(step.options) | ({} if step.threshold is None else {"threshold": step.threshold})
                 results = await self.client.extract(step.model, items, labels=step.labels, options=options or None)
             else:

@@ -11,6 +11,7 @@ import numpy as np
 from connectors.base import Hit, SearchMode, SearchRequest, StoreError, VectorStore
 from connectors.filters import FilterError, check_fields, parse
 from connectors.registry import url_collection
+from engine.client.calls import Item
 from engine.client.protocol import ShoalClient
 from pipeline.config import DEFAULT_DB, ConfigError, PipelineConfig
 from pipeline.enrich import Enricher
@@ -131,7 +132,7 @@ async def check_reranker(enricher: Enricher, model: str) -> None:
 
 async def rerank_hits(enricher: Enricher, model: str, query: str, hits: list[Hit]) -> list[Hit]:
     """Reorder hits by a cross-encoder's scores (the SIE `score` task)."""
-    items = [{"id": h.id, "text": h.text} for h in hits]
+    items: list[Item] = [{"id": h.id, "text": h.text} for h in hits]
     result = await enricher.client.score(model, query, items)
     scores = result.get("scores", result) if isinstance(result, dict) else result
     by_id: dict[str, float] = {}

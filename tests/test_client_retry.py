@@ -154,9 +154,9 @@ def test_no_retry_for_what_waiting_does_not_fix_or_when_switched_off(busy: type[
         c.encode(MINILM, "x")
     assert len(srv.posts) == 1 and "gave up" not in e.value.message
     off = busy(100, "MODEL_LOADING", "0")
-    with Client(off.url, retry=RetryPolicy(attempts=1)) as c, pytest.raises(ModelLoading) as e:
+    with Client(off.url, retry=RetryPolicy(attempts=1)) as c, pytest.raises(ModelLoading) as once:
         c.encode(MINILM, "x")
-    assert len(off.posts) == 1 and e.value.message == "the server is busy (MODEL_LOADING)"
+    assert len(off.posts) == 1 and once.value.message == "the server is busy (MODEL_LOADING)"
 
 
 def test_retry_after_forms_and_policy_checks() -> None:
@@ -167,7 +167,7 @@ def test_retry_after_forms_and_policy_checks() -> None:
     assert later is not None and 20 < later <= 31
     for bad in ({"attempts": 0}, {"max_wait_s": -1.0}, {"max_wait_s": float("inf")}):
         with pytest.raises(ValueError):
-            RetryPolicy(**bad)  # type: ignore[arg-type]
+            RetryPolicy(**bad)
 
 
 def test_ingest_rides_out_a_loading_model(busy: type[BusyServer], tmp_path: Path) -> None:
