@@ -113,12 +113,10 @@ class IngestRun:
 
     async def prepare(self) -> None:
         """Everything that can fail on the config fails here, before a file is read."""
-        from engine.model.tokenizer import tokenizer_for
-
         infos = await self.enricher.validate()
         tok_model = self.cfg.chunking.tokenizer or self.cfg.dense.model
         try:
-            tok = await asyncio.to_thread(tokenizer_for, tok_model)
+            tok = await self.enricher.client.tokenizer(tok_model)
         except Exception as e:  # noqa: BLE001 - any failure means chunking cannot count tokens
             raise ConfigError(f"chunking needs the tokenizer of {tok_model!r} on this machine: {e}") from e
         max_len = min(tok.max_len, infos[self.cfg.dense.model].get("max_sequence_length") or tok.max_len)

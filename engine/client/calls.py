@@ -9,8 +9,9 @@ chunks).
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,9 @@ from engine.client.chunks import in_chunks, merge_scores
 from engine.client.retry import NO_RETRY, RetryPolicy, with_retries
 from engine.tasks.extract import build_extract_body
 from engine.tasks.requests import build_encode_body, build_score_body
+
+if TYPE_CHECKING:
+    from engine.model.tokenizer import TextTokenizer
 
 WIRE_DTYPES: dict[str, type[np.generic]] = {
     "float32": np.float32,
@@ -92,6 +96,13 @@ class ModelCalls(ABC):
         return 1 << 30
 
     stream_window: int = 4  # chunks of one large call in flight at once
+
+    async def tokenizer(self, model: str) -> TextTokenizer:
+        """The model's own tokenizer, for counting tokens on the caller's side (the pipeline's chunking): an
+        in-process engine's as its settings resolve it; over HTTP, this machine's copy of the model's files."""
+        from engine.model.tokenizer import tokenizer_for
+
+        return await asyncio.to_thread(tokenizer_for, model)
 
     @abstractmethod
     async def close(self) -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from engine.client.calls import EncodeResult, ExtractResult, Item, ModelCalls, ScoreResult
 from engine.client.http import AsyncClient
 from engine.client.retry import RetryPolicy
 from engine.errors import ShoalError
+
+if TYPE_CHECKING:
+    from engine.model.tokenizer import TextTokenizer
 
 T = TypeVar("T")
 C = TypeVar("C", bound=ModelCalls)
@@ -63,6 +66,9 @@ class LoopBridge(ModelCalls):
 
     async def item_cap(self) -> int:
         return await self._there(self._core.item_cap())
+
+    async def tokenizer(self, model: str) -> TextTokenizer:
+        return await self._there(self._core.tokenizer(model))
 
     async def close(self) -> None:
         """Nothing: the facade owns the core, and its `close()` stops it."""
