@@ -11,6 +11,7 @@ import pytest
 from engine.catalogue.cards import ModelCard, WeightSource
 from engine.catalogue.weights import hf_cache_root, offline_mode, resolve_weights, weights_status
 from engine.errors import ModelUnavailable
+from tests.conftest import MINILM
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -160,10 +161,21 @@ def test_the_engine_lists_a_cached_gliner_bin_as_available_offline(hub: Path) ->
     snap = cache_repo(hub, gliner.source.hf_repo, ("pytorch_model.bin",))
     assert resolve_weights(gliner, offline=True) == snap
 
-    async def listed() -> dict[str, bool]:
+    from pipeline.config import ConfigError, PipelineConfig
+    from pipeline.enrich import Enricher
+
+    def steps(model: str) -> PipelineConfig:
+        entities = {"kind": "entities", "model": model, "labels": ["person"]}
+        return PipelineConfig.model_validate({"steps": [{"kind": "dense", "model": MINILM}, entities]})
+
+    async def check() -> dict[str, bool]:
         engine = AsyncEngine(EngineSettings(offline=True))
+        await Enricher(engine, steps("urchade/gliner_small-v2.1")).validate()  # the ingest's check passes
+        with pytest.raises(ConfigError) as e:  # and refuses the one with no weights here
+            await Enricher(engine, steps("urchade/gliner_multi-v2.1")).validate()
+        assert e.value.code == "MODEL_UNAVAILABLE"
         return {m["name"]: m["available"] for m in await engine.models()}
 
-    available = asyncio.run(listed())
+    available = asyncio.run(check())
     assert available["urchade/gliner_small-v2.1"] is True
     assert available["urchade/gliner_multi-v2.1"] is False
