@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from engine.client.calls import Item
+    from engine.client.protocol import ShoalClient
 
 
 @dataclass
@@ -32,16 +34,10 @@ class ModelBackend:
     Cheap to make: a tool call makes its own, so `calls` counts that call's model requests only.
     """
 
-    def __init__(self, client: Any, batch_size: int = 256) -> None:
-        self.client = client
+    def __init__(self, client: ShoalClient, batch_size: int = 256) -> None:
+        self.client = client.aio  # awaited whichever client it is (a blocking facade runs on its own loop)
         self.batch_size = batch_size
         self.calls = CallCount()
-
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        fn = getattr(self.client, method)
-        if inspect.iscoroutinefunction(fn):
-            return await fn(*args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)  # the blocking Engine / Client facades
 
     async def encode(
         self, model: str, texts: list[str], *, is_query: bool = False, options: dict[str, Any] | None = None
@@ -51,7 +47,7 @@ class ModelBackend:
         async def one(chunk: list[str]) -> list[dict[str, Any]]:
             self.calls.encode_requests += 1
             self.calls.encode_items += len(chunk)
-            return await self._call("encode", model, chunk, is_query=is_query or None, options=options)
+            return await self.client.encode(model, [*chunk], is_query=is_query or None, options=options)
 
         parts = await asyncio.gather(*(one(c) for c in self._chunks(texts)))
         return [row for part in parts for row in part]
@@ -64,7 +60,7 @@ class ModelBackend:
         async def one(chunk: list[str]) -> list[dict[str, Any]]:
             self.calls.extract_requests += 1
             self.calls.extract_items += len(chunk)
-            return await self._call("extract", model, chunk, labels=labels, options=options)
+            return await self.client.extract(model, [*chunk], labels=labels, options=options)
 
         parts = await asyncio.gather(*(one(c) for c in self._chunks(texts)))
         return [row for part in parts for row in part]
@@ -87,8 +83,8 @@ class ModelBackend:
         async def one(start: int, chunk: list[str]) -> list[tuple[int, float]]:
             self.calls.score_requests += 1
             self.calls.score_pairs += len(chunk)
-            items = [{"id": str(start + i), "text": t} for i, t in enumerate(chunk)]
-            result = await self._call("score", model, query, items)
+            items: list[Item] = [{"id": str(start + i), "text": t} for i, t in enumerate(chunk)]
+            result = await self.client.score(model, query, items)
             return [(int(s["item_id"]), float(s["score"])) for s in result["scores"]]
 
         out = np.zeros(len(texts), dtype=np.float32)

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.aio import cancel_and_wait
-from engine.catalogue.availability import weights_status
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.catalogue import Catalogue, check_task, model_info
 from engine.catalogue.folders import FolderPolicy
+from engine.catalogue.weights import weights_status
 from engine.client.calls import ModelCalls
+from engine.client.retry import NO_RETRY, RetryPolicy
 from engine.client.sync import SyncFacade
 from engine.config import EngineSettings
 from engine.errors import DeadlineExceeded
@@ -43,6 +44,8 @@ class AsyncEngine(ModelCalls):
 
     Collaborators come in through the constructor: `queue` (default: in-process, or NATS when the settings
     name a queue URL), `loader` (how residency loads a resolved model), `faults` (out-of-memory injection).
+    `retry` is how the SDK calls (encode / score / extract) retry MODEL_LOADING, QUEUE_FULL and
+    RESOURCE_EXHAUSTED; none by default, so a caller sees the engine's own bounded load wait.
     """
 
     def __init__(
@@ -53,8 +56,10 @@ class AsyncEngine(ModelCalls):
         worker: bool = True,
         loader: Loader = load,
         faults: FaultInjector | None = None,
+        retry: RetryPolicy = NO_RETRY,
     ) -> None:
         self.settings = settings or EngineSettings()
+        self.retry = retry
         s = self.settings
         self.catalogue = Catalogue(
             s.model_dir, FolderPolicy(s.local_models, tuple(s.model_roots)), max_id_chars=s.max_model_id_chars

@@ -11,6 +11,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from engine.client.retry import RetryPolicy
+
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_DB = "lancedb://./shoal-data"
 PIPELINE_VERSION = "1"  # bump when parsing/chunking output changes: every source is re-processed
@@ -91,6 +93,16 @@ class EngineConfig(BaseModel):
     api_key: str | None = None
     batch_size: int = Field(default=64, ge=1, description="chunks per request")
     in_flight: int = Field(default=4, ge=1, description="requests outstanding at once per step")
+    retry_attempts: int = Field(
+        default=5, ge=1, description="tries per request answered MODEL_LOADING / QUEUE_FULL / RESOURCE_EXHAUSTED"
+    )
+    retry_max_wait_s: float = Field(
+        default=120.0, ge=0, allow_inf_nan=False, description="seconds of Retry-After waiting per request, in all"
+    )
+
+    def retry(self) -> RetryPolicy:
+        """How the clients the pipeline opens honour the server's Retry-After."""
+        return RetryPolicy(attempts=self.retry_attempts, max_wait_s=self.retry_max_wait_s)
 
 
 class PipelineConfig(BaseModel):

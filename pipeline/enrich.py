@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 from typing import Any
 
 import numpy as np
 
+from engine.client.calls import Item
+from engine.client.protocol import ShoalClient
 from pipeline.chunking import Chunk
 from pipeline.config import ConfigError, PipelineConfig, Step
 
@@ -23,29 +24,21 @@ NEEDS = {  # step kind -> (engine task, output the model must list)
 class Enricher:
     """Wraps any shoal client (Engine, Client, their async cores): validates steps, enriches chunks."""
 
-    def __init__(self, client: Any, cfg: PipelineConfig) -> None:
-        self.client = client
+    def __init__(self, client: ShoalClient, cfg: PipelineConfig) -> None:
+        self.client = client.aio  # awaited here whichever client it is (a blocking one runs on its own loop)
         self.cfg = cfg
         self.infos: dict[str, dict[str, Any]] = {}
         self._slots = asyncio.Semaphore(cfg.engine.in_flight)
 
-    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        fn = getattr(self.client, method, None)
-        if fn is None:
-            raise ConfigError(f"this shoal client has no {method!r} API yet (needed by the pipeline config)")
-        if inspect.iscoroutinefunction(fn):
-            return await fn(*args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
     async def validate(self) -> dict[str, dict[str, Any]]:
         """Check every step's model can do its task and output, before any file is read."""
-        listed = {m["name"]: m for m in await self.call("models")}
+        listed = {m["name"]: m for m in await self.client.models()}
         for step in self.cfg.steps:
             task, output = NEEDS[step.kind]
             info = listed.get(step.model)
             if info is None:  # a local folder: probe it, then take the listing it now has (same info every run)
                 info = await self._probe(step)
-                listed = {m["name"]: m for m in await self.call("models")}
+                listed = {m["name"]: m for m in await self.client.models()}
                 info = listed.get(step.model, info)
             if info.get("available") is False:
                 raise ConfigError(
@@ -64,8 +57,6 @@ class Enricher:
                     f"step {step.kind!r}: model {step.model!r} cannot produce {output!r} output "
                     f"(it produces {info.get('outputs')})"
                 )
-            if task == "extract" and getattr(self.client, "extract", None) is None:
-                raise ConfigError(f"step {step.kind!r}: this shoal client has no 'extract' API yet")
             self.infos[step.model] = info
         return self.infos
 
@@ -75,10 +66,10 @@ class Enricher:
 
         try:
             if NEEDS[step.kind][0] == "extract":
-                x = await self.call("extract", step.model, "probe", labels=step.labels[:1])
+                x = await self.client.extract(step.model, "probe", labels=step.labels[:1])
                 produced = "classifications" if x.get("classifications") else "entities"
                 return {"name": step.model, "tasks": ["extract"], "outputs": [produced], "dims": {}}
-            r = await self.call("encode", step.model, "probe", output_types=["dense"])
+            r = await self.client.encode(step.model, "probe", output_types=["dense"])
         except ShoalError as e:
             raise ConfigError(f"step {step.kind!r}: model {step.model!r}: {e.code}: {e.message}") from e
         dense = np.asarray(r["dense"])
@@ -107,13 +98,13 @@ class Enricher:
     async def _batch(self, step: Step, chunks: list[Chunk], out: list[dict[str, Any]]) -> None:
         async with self._slots:
             if step.kind in ("entities", "classify"):
-                items = [{"id": c.id, "text": c.text} for c in chunks]
+                items: list[Item] = [{"id": c.id, "text": c.text} for c in chunks]
                 options = dict(step.options) | ({} if step.threshold is None else {"threshold": step.threshold})
-                results = await self.call("extract", step.model, items, labels=step.labels, options=options or None)
+                results = await self.client.extract(step.model, items, labels=step.labels, options=options or None)
             else:
                 items = [{"id": c.id, "text": c.embed_text} for c in chunks]
-                results = await self.call(
-                    "encode", step.model, items, output_types=[step.kind], options=step.options or None
+                results = await self.client.encode(
+                    step.model, items, output_types=[step.kind], options=step.options or None
                 )
         for r, o in zip(results, out, strict=True):
             o.update(step_columns(step, r))

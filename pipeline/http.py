@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from connectors.base import StoreError
 from connectors.filters import FilterError
+from engine.client.protocol import ShoalClient
 from pipeline.config import ConfigError, validation_summary
 
 
@@ -43,7 +44,7 @@ def _plain(value: Any) -> Any:
     return None
 
 
-def search_router(client: Any, db: str, collection: str | None = None) -> APIRouter:
+def search_router(client: ShoalClient, db: str, collection: str | None = None) -> APIRouter:
     """The search routes over one store URL, running queries through `client` (the serving engine)."""
     from connectors.registry import url_collection
 

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 from connectors.base import CollectionSpec, StoreError, VectorStore
 from connectors.filters import Cond
 from connectors.registry import open_store
+from engine.client.calls import ModelCalls
+from engine.client.protocol import ShoalClient
 from engine.errors import ShoalError
 from pipeline.chunking import Chunk, Chunker
 from pipeline.config import ConfigError, PipelineConfig, load_config
@@ -79,21 +81,22 @@ def manifest_for(store: VectorStore, state: str | None = None) -> ManifestLike:
         raise StoreError(f"cannot keep the ingest manifest in {folder}: {e}", code="STORE_UNAVAILABLE") from None
 
 
-def open_client(cfg: PipelineConfig) -> Any:
-    """The in-process async engine by default, or an AsyncClient for `engine.url`."""
+def open_client(cfg: PipelineConfig) -> ModelCalls:
+    """The in-process async engine by default, or an AsyncClient for `engine.url`; both retry what the engine
+    answers MODEL_LOADING / QUEUE_FULL / RESOURCE_EXHAUSTED under `engine.retry_*`."""
     if cfg.engine.url:
         from engine.client.http import AsyncClient
 
-        return AsyncClient(cfg.engine.url, api_key=cfg.engine.api_key)
+        return AsyncClient(cfg.engine.url, api_key=cfg.engine.api_key, retry=cfg.engine.retry())
     from engine.runtime import AsyncEngine
 
-    return AsyncEngine()
+    return AsyncEngine(retry=cfg.engine.retry())
 
 
 class IngestRun:
     """One ingest of one root into one collection; `await run()` returns the summary."""
 
-    def __init__(self, root: Path, cfg: PipelineConfig, client: Any, progress: Progress | None) -> None:
+    def __init__(self, root: Path, cfg: PipelineConfig, client: ShoalClient, progress: Progress | None) -> None:
         self.root = check_root(root)  # a missing or unusable path fails here: no store or manifest is touched
         self.cfg = cfg
         self.store = open_store(cfg.db)
@@ -110,12 +113,10 @@ class IngestRun:
 
     async def prepare(self) -> None:
         """Everything that can fail on the config fails here, before a file is read."""
-        from engine.model.tokenizer import tokenizer_for
-
         infos = await self.enricher.validate()
         tok_model = self.cfg.chunking.tokenizer or self.cfg.dense.model
         try:
-            tok = await asyncio.to_thread(tokenizer_for, tok_model)
+            tok = await self.enricher.client.tokenizer(tok_model)
         except Exception as e:  # noqa: BLE001 - any failure means chunking cannot count tokens
             raise ConfigError(f"chunking needs the tokenizer of {tok_model!r} on this machine: {e}") from e
         max_len = min(tok.max_len, infos[self.cfg.dense.model].get("max_sequence_length") or tok.max_len)
@@ -328,18 +329,22 @@ class IngestRun:
 
 
 async def ingest_async(
-    path: Path | str, config: PipelineConfig | None = None, *, client: Any = None, progress: Progress | None = None
+    path: Path | str,
+    config: PipelineConfig | None = None,
+    *,
+    client: ShoalClient | None = None,
+    progress: Progress | None = None,
 ) -> IngestSummary:
     """Ingest one folder or file; `client` is any shoal client (default: an in-process engine started here)."""
     cfg = config or PipelineConfig()
     check_root(Path(path))  # before a client (and its models) is started for nothing
-    owned = client is None
-    client = client if client is not None else open_client(cfg)
-    try:
+    if client is not None:
         return await IngestRun(Path(path), cfg, client, progress).run()
+    owned = open_client(cfg)
+    try:
+        return await IngestRun(Path(path), cfg, owned, progress).run()
     finally:
-        if owned:
-            await client.close()
+        await owned.close()
 
 
 def ingest(
@@ -347,7 +352,7 @@ def ingest(
     config: PipelineConfig | Path | str | None = None,
     *,
     db: str | None = None,
-    client: Any = None,
+    client: ShoalClient | None = None,
     progress: Progress | None = None,
 ) -> IngestSummary:
     """Blocking `ingest_async`: a folder into the store, incremental; returns the run summary."""

@@ -11,6 +11,8 @@ import numpy as np
 from connectors.base import Hit, SearchMode, SearchRequest, StoreError, VectorStore
 from connectors.filters import FilterError, check_fields, parse
 from connectors.registry import url_collection
+from engine.client.calls import Item
+from engine.client.protocol import ShoalClient
 from pipeline.config import DEFAULT_DB, ConfigError, PipelineConfig
 from pipeline.enrich import Enricher
 from pipeline.run import open_client
@@ -53,7 +55,7 @@ async def search_async(
     filter: Any = None,
     mode: SearchMode = "hybrid",
     rerank: str | None = None,
-    client: Any = None,
+    client: ShoalClient | None = None,
     state: str | None = None,
 ) -> list[Hit]:
     """Top hits for a query.
@@ -69,19 +71,19 @@ async def search_async(
     try:
         cfg = collection_config(store, coll, state)
         flt = check_where(cfg, where)
-        owned = client is None
-        client = client if client is not None else open_client(cfg)
-        try:
+        if client is not None:
             return await _search(store, cfg, coll, client, query, flt, filter, mode, top_k, rerank)
+        owned = open_client(cfg)
+        try:
+            return await _search(store, cfg, coll, owned, query, flt, filter, mode, top_k, rerank)
         finally:
-            if owned:
-                await client.close()
+            await owned.close()
     finally:
         store.close()
 
 
 async def _search(
-    store: VectorStore, cfg: PipelineConfig, coll: str, client: Any, query: str, flt: Any, native: Any,
+    store: VectorStore, cfg: PipelineConfig, coll: str, client: ShoalClient, query: str, flt: Any, native: Any,
     mode: SearchMode, top_k: int, rerank: str | None,
 ) -> list[Hit]:  # fmt: skip
     caps = store.capabilities
@@ -101,7 +103,7 @@ async def _search(
             f"sparse search needs a collection with a sparse step in a store that searches it ({store.uri})"
         )
     if sparse and caps.sparse_search and mode in ("hybrid", "sparse"):
-        r = await enricher.call("encode", sparse.model, query, output_types=["sparse"], is_query=True, options=sparse.options or None)  # fmt: skip
+        r = await enricher.client.encode(sparse.model, query, output_types=["sparse"], is_query=True, options=sparse.options or None)  # fmt: skip
         req.sparse = {"indices": [int(i) for i in r["sparse"]["indices"]], "values": [float(v) for v in r["sparse"]["values"]]}  # fmt: skip
     if mode == "multivector" and not (colbert and caps.multivector):
         raise ConfigError(f"multivector search needs a collection with a multivector step ({store.uri})")
@@ -117,23 +119,21 @@ async def _search(
 
 
 async def _encode(enricher: Enricher, model: str, query: str, output: str, options: dict[str, Any]) -> np.ndarray:
-    r = await enricher.call("encode", model, query, output_types=[output], is_query=True, options=options or None)
+    r = await enricher.client.encode(model, query, output_types=[output], is_query=True, options=options or None)
     return np.asarray(r[output], dtype=np.float32)
 
 
 async def check_reranker(enricher: Enricher, model: str) -> None:
-    listed = {m["name"]: m for m in await enricher.call("models")}
+    listed = {m["name"]: m for m in await enricher.client.models()}
     info = listed.get(model)  # a local checkpoint folder is not listed: the score call itself checks it
     if info is not None and "score" not in info.get("tasks", []):
         raise ConfigError(f"model {model!r} cannot rerank: it supports {info.get('tasks')}, not 'score'")
-    if getattr(enricher.client, "score", None) is None:
-        raise ConfigError("this shoal client has no 'score' API yet, so --rerank is not available")
 
 
 async def rerank_hits(enricher: Enricher, model: str, query: str, hits: list[Hit]) -> list[Hit]:
     """Reorder hits by a cross-encoder's scores (the SIE `score` task)."""
-    items = [{"id": h.id, "text": h.text} for h in hits]
-    result = await enricher.call("score", model, query, items)
+    items: list[Item] = [{"id": h.id, "text": h.text} for h in hits]
+    result = await enricher.client.score(model, query, items)
     scores = result.get("scores", result) if isinstance(result, dict) else result
     by_id: dict[str, float] = {}
     for i, s in enumerate(scores):

@@ -11,17 +11,30 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.client.http import AsyncClient
+    from engine.client.protocol import ShoalClient
+    from engine.client.retry import RetryPolicy
     from engine.client.sync import Client
     from engine.config import EngineSettings
     from engine.errors import ShoalError
     from engine.runtime import AsyncEngine, Engine
 
-__all__ = ["AsyncClient", "AsyncEngine", "Client", "Engine", "EngineSettings", "ShoalError"]
+__all__ = [
+    "AsyncClient",
+    "AsyncEngine",
+    "Client",
+    "Engine",
+    "EngineSettings",
+    "RetryPolicy",
+    "ShoalClient",
+    "ShoalError",
+]
 __version__ = "0.1.0"
 
 _HOMES = {
     "AsyncClient": "engine.client.http",
     "Client": "engine.client.sync",
+    "RetryPolicy": "engine.client.retry",
+    "ShoalClient": "engine.client.protocol",
     "EngineSettings": "engine.config",
     "ShoalError": "engine.errors",
     "AsyncEngine": "engine.runtime",

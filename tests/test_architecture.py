@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "arch": set(),
     "catalogue": {"base"},
     "tasks": {"base", "catalogue"},
-    "client": {"base", "tasks"},
+    "client": {"base", "tasks", "model"},  # model: the tokenizer a caller counts tokens with
     "queue": {"base", "tasks"},
     "model": {"base", "catalogue", "arch"},
     "residency": {"base", "catalogue", "model"},

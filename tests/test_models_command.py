@@ -14,9 +14,8 @@ from tests.helpers import REPO
 
 AGREE = """
 import json, sys
-from engine.catalogue.availability import weights_status
 from engine.catalogue.catalogue import Catalogue
-from engine.catalogue.weights import resolve_weights
+from engine.catalogue.weights import resolve_weights, weights_status
 from engine.errors import ShoalError
 out = {}
 for card in Catalogue(sys.argv[1]).known():

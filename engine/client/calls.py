@@ -9,15 +9,20 @@ chunks).
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from engine.client.chunks import in_chunks, merge_scores
+from engine.client.retry import NO_RETRY, RetryPolicy, with_retries
 from engine.tasks.extract import build_extract_body
 from engine.tasks.requests import build_encode_body, build_score_body
+
+if TYPE_CHECKING:
+    from engine.model.tokenizer import TextTokenizer
 
 WIRE_DTYPES: dict[str, type[np.generic]] = {
     "float32": np.float32,
@@ -57,7 +62,18 @@ def to_encode_results(items: list[dict[str, Any]]) -> list[EncodeResult]:
 
 
 class ModelCalls(ABC):
-    """encode / score / models for SDK callers, over the wire primitives an implementation provides."""
+    """encode / score / models for SDK callers, over the wire primitives an implementation provides.
+
+    Each primitive call is retried under `retry` while it fails with a transient code (MODEL_LOADING,
+    QUEUE_FULL, RESOURCE_EXHAUSTED), after the wait the server asked for (engine.client.retry).
+    """
+
+    retry: RetryPolicy = NO_RETRY
+
+    @property
+    def aio(self) -> ModelCalls:
+        """The async call surface (`ShoalClient.aio`): an async core is its own."""
+        return self
 
     @abstractmethod
     async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
@@ -80,6 +96,13 @@ class ModelCalls(ABC):
         return 1 << 30
 
     stream_window: int = 4  # chunks of one large call in flight at once
+
+    async def tokenizer(self, model: str) -> TextTokenizer:
+        """The model's own tokenizer, for counting tokens on the caller's side (the pipeline's chunking): an
+        in-process engine's as its settings resolve it; over HTTP, this machine's copy of the model's files."""
+        from engine.model.tokenizer import tokenizer_for
+
+        return await asyncio.to_thread(tokenizer_for, model)
 
     @abstractmethod
     async def close(self) -> None:
@@ -134,7 +157,8 @@ class ModelCalls(ABC):
                 is_query=is_query,
                 options=options,
             )
-            return to_encode_results((await self.encode_body(model, body))["items"])
+            wire = await with_retries(self.retry, lambda: self.encode_body(model, body))
+            return to_encode_results(wire["items"])
 
         results = await in_chunks(len(batch), await self.item_cap(), self.stream_window, run)
         return results if isinstance(items, list) else results[0]
@@ -151,9 +175,8 @@ class ModelCalls(ABC):
         """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
         cap = await self.item_cap()
         if len(items) <= cap:
-            return await self.score_body(
-                model, build_score_body(query, items, instruction=instruction, options=options)
-            )
+            whole = build_score_body(query, items, instruction=instruction, options=options)
+            return await with_retries(self.retry, lambda: self.score_body(model, whole))
         # every item keeps the id the server would give it ("item-<index>"), whichever chunk it lands in
         named: list[Item] = [
             it if isinstance(it, dict) and it.get("id") is not None else _named(it, i) for i, it in enumerate(items)
@@ -161,7 +184,7 @@ class ModelCalls(ABC):
 
         async def run(start: int, stop: int) -> list[ScoreResult]:
             body = build_score_body(query, named[start:stop], instruction=instruction, options=options)
-            return [await self.score_body(model, body)]
+            return [await with_retries(self.retry, lambda: self.score_body(model, body))]
 
         return merge_scores(await in_chunks(len(named), cap, self.stream_window, run))
 
@@ -206,7 +229,9 @@ class ModelCalls(ABC):
 
         async def run(start: int, stop: int) -> list[ExtractResult]:
             body = build_extract_body(batch[start:stop], labels=labels, instruction=instruction, options=options)
-            found: list[ExtractResult] = (await self.extract_body(model, body))["items"]
+            found: list[ExtractResult] = (await with_retries(self.retry, lambda: self.extract_body(model, body)))[
+                "items"
+            ]
             return found
 
         results = await in_chunks(len(batch), cap, self.stream_window, run)

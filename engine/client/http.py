@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 
 from engine.client.calls import ModelCalls
+from engine.client.retry import RetryPolicy, retry_after_seconds
 from engine.errors import InternalError, ShoalError, Unreachable, error_from_code
 from engine.wire import JSON, MSGPACK, decode_body, dumps_json, packb
 
@@ -15,14 +16,14 @@ def raise_for_error(response: httpx.Response) -> None:
     """Turn a non-2xx reply into the typed ShoalError its code names."""
     if response.status_code < 400:
         return
-    retry = response.headers.get("retry-after")
+    retry = retry_after_seconds(response.headers.get("retry-after"))
     try:
         body = decode_body(response.content, response.headers.get("content-type"))
         detail = body.get("detail") or body.get("error") or {}
         code, message = detail.get("code", ""), detail.get("message", response.text)
     except (ShoalError, AttributeError):
         code, message = "", response.text
-    err = error_from_code(code, message, float(retry) if retry else None)
+    err = error_from_code(code, message, retry)
     if isinstance(err, InternalError):
         err.status = response.status_code
     raise err
@@ -35,7 +36,9 @@ class AsyncClient(ModelCalls):
     """Talks to `shoal serve` (or any SIE-compatible server) over HTTP; msgpack by default.
 
     Calls with more items than the server takes in one request (its `/info` `max_client_batch_size`, read
-    once; `max_items` overrides it) are split into requests of that size, `stream_window` in flight.
+    once; `max_items` overrides it) are split into requests of that size, `stream_window` in flight. A request
+    answered 503 MODEL_LOADING / QUEUE_FULL / RESOURCE_EXHAUSTED is sent again after its Retry-After, within
+    `retry` (default `RetryPolicy()`: 5 attempts, 120 s of waiting in all; `RetryPolicy(attempts=1)` never retries).
     """
 
     def __init__(
@@ -46,12 +49,14 @@ class AsyncClient(ModelCalls):
         timeout: float = 300.0,
         use_json: bool = False,
         max_items: int | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url.rstrip("/")
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, headers=headers)
         self._json = use_json
         self._cap = max_items
+        self.retry = retry or RetryPolicy()
 
     async def item_cap(self) -> int:
         """The server's per-request item limit, asked once (GET /info); FALLBACK_ITEM_CAP if it does not say."""

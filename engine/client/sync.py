@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from engine.client.calls import EncodeResult, ExtractResult, Item, ModelCalls, ScoreResult
 from engine.client.http import AsyncClient
+from engine.client.retry import RetryPolicy
 from engine.errors import ShoalError
+
+if TYPE_CHECKING:
+    from engine.model.tokenizer import TextTokenizer
 
 T = TypeVar("T")
 C = TypeVar("C", bound=ModelCalls)
@@ -37,12 +41,47 @@ class LoopThread:
             self._thread.join(timeout=5)
 
 
+class LoopBridge(ModelCalls):
+    """A blocking facade's async core, awaited from another event loop: each wire call runs on the facade's
+    loop thread and is awaited here without holding a thread; chunking and retries run on the caller's side."""
+
+    def __init__(self, core: ModelCalls, loop: LoopThread) -> None:
+        self._core, self._loop = core, loop
+        self.retry, self.stream_window = core.retry, core.stream_window
+
+    async def _there(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop.loop))
+
+    async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
+        return await self._there(self._core.encode_body(model, body))
+
+    async def score_body(self, model: str, body: Any) -> dict[str, Any]:
+        return await self._there(self._core.score_body(model, body))
+
+    async def extract_body(self, model: str, body: Any) -> dict[str, Any]:
+        return await self._there(self._core.extract_body(model, body))
+
+    async def models(self) -> list[dict[str, Any]]:
+        return await self._there(self._core.models())
+
+    async def item_cap(self) -> int:
+        return await self._there(self._core.item_cap())
+
+    async def tokenizer(self, model: str) -> TextTokenizer:
+        return await self._there(self._core.tokenizer(model))
+
+    async def close(self) -> None:
+        """Nothing: the facade owns the core, and its `close()` stops it."""
+
+
 class SyncFacade(Generic[C]):
-    """Blocking encode / score / models over an async core (AsyncEngine or AsyncClient) made on the loop thread."""
+    """Blocking encode / score / models over an async core (AsyncEngine or AsyncClient) made on the loop thread;
+    `aio` is the same core for async callers (the pipeline, the agent tools) on any other event loop."""
 
     def __init__(self, make: Callable[[], Coroutine[Any, Any, C]]) -> None:
         self._loop = LoopThread()
         self._core: C = self._loop.run(make())
+        self.aio: ModelCalls = LoopBridge(self._core, self._loop)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run(coro)
@@ -159,7 +198,7 @@ class SyncFacade(Generic[C]):
 
 
 class Client(SyncFacade[AsyncClient]):
-    """Blocking HTTP client; the same calls as AsyncClient."""
+    """Blocking HTTP client; the same calls (and the same Retry-After `retry` policy) as AsyncClient."""
 
     def __init__(
         self,
@@ -169,8 +208,11 @@ class Client(SyncFacade[AsyncClient]):
         timeout: float = 300.0,
         use_json: bool = False,
         max_items: int | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         async def make() -> AsyncClient:
-            return AsyncClient(url, api_key=api_key, timeout=timeout, use_json=use_json, max_items=max_items)
+            return AsyncClient(
+                url, api_key=api_key, timeout=timeout, use_json=use_json, max_items=max_items, retry=retry
+            )
 
         super().__init__(make)

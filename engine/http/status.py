@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from prometheus_client.metrics import MetricWrapperBase
 
-from engine.catalogue.availability import weights_status
+from engine.catalogue.weights import weights_status
 from engine.http.replies import RouteFamily, engine_of
 from engine.metrics import ITEMS, QUEUE_DEAD, QUEUE_HELD, REQUESTS, TOKENS
 

@@ -1,5 +1,5 @@
 """The heads a card declares, applied to one batch's packed hidden states: pooled vectors, token vectors,
-sparse weights, relevance scores. Pooling happens here and nowhere else.
+sparse weights, relevance scores. Pooling and normalisation happen here and nowhere else.
 
 Each method returns one entry per sequence (CPU, float32) for the task handlers to shape for the wire.
 """
@@ -15,7 +15,7 @@ from engine.arch.heads import MLMHead, maxsim, splade_pool, term_weights
 from engine.arch.layers import PackedBatch
 from engine.arch.pooling import POOLERS, l2_normalize, last_pool
 from engine.catalogue.cards import ModelCard
-from engine.errors import ModelLoadFailed
+from engine.errors import InvalidInput, ModelLoadFailed
 from engine.model.sequences import Encoded, LateInteraction
 from engine.model.tokenizer import TextTokenizer
 
@@ -103,6 +103,17 @@ class CardHeads:
     def logits(self, hidden: Tensor, batch: PackedBatch) -> Tensor:
         """Every label's logit of each sequence from the classifier head (NLI: entailment, ...). -> [B, labels]."""
         return self.modules["classifier"](hidden, batch).float().cpu()
+
+
+def sentence_vectors(pooled: Tensor, dims: int | None, normalize: bool) -> Tensor:
+    """Pooled rows [B, hidden] -> their first `dims` dimensions (Matryoshka), then unit length when `normalize`
+    (the one place sentence vectors are normalised: encode results and zero-shot label matching). -> [B, dims]"""
+    full = pooled.shape[1]
+    if dims is not None and dims != full:
+        if not 0 < dims <= full:
+            raise InvalidInput(f"dimensions must be between 1 and {full}, got {dims}")
+        pooled = pooled[:, :dims]
+    return l2_normalize(pooled) if normalize else pooled
 
 
 def maxsim_scores(query: Tensor, docs: list[Tensor]) -> list[float]:

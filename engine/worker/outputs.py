@@ -1,4 +1,4 @@
-"""Shaping one task's outputs for the wire: Matryoshka truncation, normalisation, output dtypes, sparse maps."""
+"""Shaping one task's outputs for the wire: sentence vectors (engine.model.heads), output dtypes, sparse maps."""
 
 from __future__ import annotations
 
@@ -8,19 +8,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from engine.arch.pooling import l2_normalize
 from engine.errors import InvalidInput
-from engine.model.heads import Sparse
+from engine.model.heads import Sparse, sentence_vectors
 from engine.tasks.task import OUTPUT_DTYPES, EncodeParams
-
-
-def truncate_dims(x: torch.Tensor, dims: int | None, full: int) -> torch.Tensor:
-    """Keep the first `dims` dimensions (Matryoshka). x: [B, full] -> [B, dims]."""
-    if dims is None or dims == full:
-        return x
-    if not 0 < dims <= full:
-        raise InvalidInput(f"dimensions must be between 1 and {full}, got {dims}")
-    return x[:, :dims]
 
 
 def quantize(x: npt.NDArray[np.float32], dtype: str) -> npt.NDArray[Any]:
@@ -43,9 +33,7 @@ def quantize(x: npt.NDArray[np.float32], dtype: str) -> npt.NDArray[Any]:
 
 def dense(params: EncodeParams, pooled: torch.Tensor) -> list[dict[str, Any]]:
     """One request's pooled rows [n, hidden] -> truncated, normalised, quantised wire entries."""
-    x = truncate_dims(pooled, params.dimensions, pooled.shape[1])  # [n, dims]
-    if params.normalize:
-        x = l2_normalize(x)
+    x = sentence_vectors(pooled, params.dimensions, params.normalize)  # [n, dims]
     values = quantize(x.numpy(), params.output_dtype)
     return [{"dims": int(x.shape[1]), "dtype": params.output_dtype, "values": row} for row in values]
 

@@ -65,8 +65,8 @@ def catalogue_infos(
 ) -> list[Info]:
     """Every card's info (as /v1/models gives it), where its weights are, and the precisions `shoal tune`
     recorded for it on this kind of device."""
-    from engine.catalogue.availability import weights_status
     from engine.catalogue.catalogue import Catalogue, model_info
+    from engine.catalogue.weights import weights_status
     from engine.config import EngineSettings
     from engine.residency.store import ProfileStore, device_kind, precision_summary
 

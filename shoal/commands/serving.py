@@ -65,9 +65,9 @@ def check_auth(settings: EngineSettings) -> None:
 
 def check_preload(settings: EngineSettings) -> None:
     """Refuse, in one line, to start with a preload model that is unknown or has no weights here."""
-    from engine.catalogue.availability import weights_status
     from engine.catalogue.catalogue import Catalogue
     from engine.catalogue.folders import FolderPolicy
+    from engine.catalogue.weights import weights_status
     from engine.errors import ModelUnavailable
 
     folders = FolderPolicy(settings.local_models, tuple(settings.model_roots))  # as the engine will see them

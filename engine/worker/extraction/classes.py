@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from engine.arch.layers import PackedBatch
-from engine.arch.pooling import l2_normalize
 from engine.catalogue.cards import ExtractSpec
+from engine.model.heads import sentence_vectors
 from engine.model.packed import PackedModel
 from engine.model.sequences import Encoded
 from engine.tasks.task import ExtractParams, Task
@@ -127,7 +127,7 @@ def run_embedding(
     label_seqs = model.encode_texts(missing, truncate=True) if missing else []
 
     def read(hidden: Tensor, batch: PackedBatch, group: list[Encoded]) -> dict[str, list[Tensor]]:
-        return {"dense": list(l2_normalize(model.heads.pooled(hidden, batch)))}
+        return {"dense": list(sentence_vectors(model.heads.pooled(hidden, batch), None, normalize=True))}
 
     item_seqs = [s for _, prep in work for s in prep.seqs]
     vectors = run_packed(model, item_seqs + label_seqs, limits, read, on_batch).get("dense", [])
