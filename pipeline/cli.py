@@ -144,7 +144,7 @@ def search_command(
         ),
     ] = None,
     rerank: Annotated[str | None, typer.Option("--rerank", help="reranker model for the candidates")] = None,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", help="how many hits")] = 5,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="how many hits (at least 1)", min=1)] = 5,
     mode: Annotated[
         str, typer.Option("--mode", help="hybrid (default), dense, text, sparse or multivector")
     ] = "hybrid",

@@ -96,12 +96,6 @@ class IngestRun:
     def __init__(self, root: Path, cfg: PipelineConfig, client: Any, progress: Progress | None) -> None:
         self.root = check_root(root)  # a missing or unusable path fails here: no store or manifest is touched
         self.cfg = cfg
-        self.store = open_store(cfg.db)
-        try:
-            self.manifest = manifest_for(self.store, cfg.state)
-        except BaseException:
-            self.store.close()
-            raise
         self.enricher = Enricher(client, cfg)
         self.progress = progress
         self.s = IngestSummary(root=str(self.root), db=cfg.db, collection=cfg.collection)
@@ -109,7 +103,8 @@ class IngestRun:
         self.clock = StageClock()
 
     async def prepare(self) -> None:
-        """Everything that can fail on the config fails here, before a file is read."""
+        """Everything that can fail on the config fails here, before a file is read; the models are checked
+        before the store is opened, so a config that cannot run creates no store and no manifest."""
         from engine.model.tokenizer import tokenizer_for
 
         infos = await self.enricher.validate()
@@ -121,6 +116,12 @@ class IngestRun:
         max_len = min(tok.max_len, infos[self.cfg.dense.model].get("max_sequence_length") or tok.max_len)
         self.chunker = Chunker(tok.tokenizer, max_len, self.cfg.chunking)
         self.s.fingerprint = self.cfg.fingerprint(infos)
+        self.store = open_store(self.cfg.db)
+        try:
+            self.manifest = manifest_for(self.store, self.cfg.state)
+        except BaseException:
+            self.store.close()
+            raise
         spec = CollectionSpec(
             name=self.coll,
             dense_dim=self.enricher.dense_dim(),
@@ -137,8 +138,10 @@ class IngestRun:
             await self.prepare()
             self.manifest.lock()
         except BaseException:
-            self.manifest.close()
-            self.store.close()
+            if hasattr(self, "manifest"):
+                self.manifest.close()
+            if hasattr(self, "store"):
+                self.store.close()
             raise
         finished = False
         try:
