@@ -114,6 +114,12 @@ class PipelineConfig(BaseModel):
     steps: list[Step] = Field(default_factory=lambda: [Step(kind="dense", model=DEFAULT_MODEL)])
     engine: EngineConfig = Field(default_factory=EngineConfig)
     files_in_flight: int = Field(default=8, ge=1, description="documents parsed and enriched concurrently")
+    window_chunks: int = Field(
+        default=512,
+        ge=1,
+        description="a large file's chunks are enriched and written this many at a time: what bounds the memory "
+        "of one file's vectors and rows, and the step of its progress",
+    )
     write_batch_rows: int = Field(default=512, ge=1, description="rows per store write, at most")
     write_interval_s: float = Field(default=2.0, gt=0, description="a write happens at least this often")
 

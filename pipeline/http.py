@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from connectors.base import StoreError
 from connectors.filters import FilterError
 from pipeline.config import ConfigError, validation_summary
+from pipeline.remote import store_location
 
 
 class SearchBody(BaseModel):
@@ -52,7 +53,8 @@ def search_router(client: Any, db: str, collection: str | None = None) -> APIRou
 
     @router.get("/v1/search")
     async def describe() -> dict[str, Any]:
-        """{db, collection, collections}: the store and the collections it holds (none when it does not exist)."""
+        """{db, collection, collections, location}: the store, the collections it holds (none when it does not
+        exist) and where it is (an embedded store's absolute folder), so `shoal search --url` knows it."""
         import asyncio
 
         from pipeline.manage import collections
@@ -61,7 +63,7 @@ def search_router(client: Any, db: str, collection: str | None = None) -> APIRou
             names = [c.name for c in await asyncio.to_thread(collections, db)]
         except (ConfigError, StoreError):
             names = []
-        return {"db": db, "collection": default, "collections": names}
+        return {"db": db, "collection": default, "collections": names, "location": store_location(db)}
 
     @router.post(
         "/v1/search",
@@ -79,7 +81,7 @@ def search_router(client: Any, db: str, collection: str | None = None) -> APIRou
         try:
             body = SearchBody.model_validate_json(await request.body())
         except ValidationError as e:
-            return _error(400, "INVALID_INPUT", validation_summary(e))
+            return _error(400, "INVALID_INPUT", validation_summary(e, SearchBody))
         coll = body.collection or default
         try:
             hits = await search_async(

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from pipeline.search import search_async
 from shoal.commands.table import fold, render
 from shoal.failures import did_you_mean
 from tests.cli_support import assert_short_error, shoal
-from tests.helpers import free_port
+from tests.helpers import REPO, LiveServer, free_port
 from tests.test_cli_global import COMMANDS
 
 SPARSE_CONFIG = """steps:
@@ -187,3 +190,36 @@ def test_help_shows_whole_descriptions_and_no_list_placeholders(tmp_path: Path) 
         own = shoal(command, "--help", cwd=tmp_path)
         assert own.returncode == 0 and "<list[" not in own.stdout, own.stdout
         assert f"{command} {_first_paragraph(own.stdout)}" in listed, command
+
+
+SEARCH_AND_SAY_WHAT_LOADED = """
+import sys
+from shoal.cli import app
+try:
+    app(sys.argv[1:], prog_name="shoal")
+except SystemExit as e:
+    code = e.code
+print("loaded:", *[m for m in ("torch", "lancedb", "engine.runtime") if m in sys.modules], file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_search_through_a_warm_server_of_the_store_loads_no_model_or_driver(
+    ingested: tuple[Path, Path], tmp_path: Path
+) -> None:
+    docs, db = ingested
+    server = LiveServer(args=["--db", str(db)]).wait_ready()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "SHOAL_URL": server.url}
+    try:
+        args = ["search", "impeller blocked", "--db", str(db), "-k", "1", "--json"]
+        r = subprocess.run([sys.executable, "-c", SEARCH_AND_SAY_WHAT_LOADED, *args], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert r.returncode == 0 and r.stderr.strip().endswith("loaded:"), r.stderr
+        (hit,) = [json.loads(line) for line in r.stdout.splitlines()]
+        assert hit["source"] == "guides/pump.md"
+        args = ["search", "impeller blocked", "--db", str(tmp_path / "other"), "--json"]  # not the server's store
+        r = subprocess.run([sys.executable, "-c", SEARCH_AND_SAY_WHAT_LOADED, *args], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert r.stderr.startswith("NO_STORE: "), r.stderr  # searched here, not in the server's store
+    finally:
+        server.stop()

@@ -1,0 +1,57 @@
+"""`shoal search --url` against a warm server that serves the same store: one HTTP call, nothing loaded here."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from connectors.base import Hit
+
+EMBEDDED = ("lancedb", "qdrant+local", "chroma+local")  # stores in a folder: the same folder from any cwd
+SERVER_TOP_K = 100  # POST /v1/search answers at most this many hits
+
+
+def store_location(db: str) -> str:
+    """A store URL with an embedded store's folder made absolute (the same store from any working folder)."""
+    scheme, sep, rest = db.partition("://")
+    if not sep:  # a bare path is a LanceDB folder
+        scheme, sep, rest = "lancedb", "://", db
+    if scheme in EMBEDDED and rest:
+        return f"{scheme}://{os.path.abspath(os.path.expanduser(rest))}"
+    return db
+
+
+def served_search(
+    url: str, query: str, db: str, collection: str | None, top_k: int, mode: str, where: list[str] | None
+) -> list[Hit] | None:
+    """The hits from the server's own search when it serves `db` (`shoal serve --db`); None when it does not
+    (no search there, another store, more hits than it answers, or no answer): the caller searches here."""
+    import httpx
+
+    if top_k > SERVER_TOP_K:
+        return None
+    key = os.environ.get("SHOAL_API_KEY")
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    base = url.rstrip("/")
+    try:
+        with httpx.Client(timeout=httpx.Timeout(60.0, connect=2.0), headers=headers) as http:
+            served = http.get(f"{base}/v1/search")
+            if served.status_code != 200 or served.json().get("location") != store_location(db):
+                return None
+            body: dict[str, Any] = {"query": query, "top_k": top_k, "mode": mode, "where": where or None}
+            if collection:
+                body["collection"] = collection
+            r = http.post(f"{base}/v1/search", json=body)
+    except (httpx.HTTPError, ValueError):
+        return None  # the usual path reports what is wrong with the server, with its exit code
+    answer = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+    if r.status_code != 200:
+        from pipeline.config import ConfigError
+
+        detail = answer.get("detail") if isinstance(answer.get("detail"), dict) else {}
+        raise ConfigError(str(detail.get("message") or r.text[:300]), code=str(detail.get("code") or "INVALID_INPUT"))
+    hits = []
+    for h in answer.get("hits", []):
+        meta = {k: v for k, v in h.items() if k not in ("id", "score", "text")}
+        hits.append(Hit(str(h["id"]), float(h["score"]), str(h.get("text", "")), meta))
+    return hits
