@@ -223,3 +223,9 @@ def test_search_through_a_warm_server_of_the_store_loads_no_model_or_driver(
         assert r.stderr.startswith("NO_STORE: "), r.stderr  # searched here, not in the server's store
     finally:
         server.stop()
+
+
+def test_the_cli_offers_the_search_modes_the_pipeline_has() -> None:
+    import importlib
+
+    assert importlib.import_module("pipeline.cli").MODES == importlib.import_module("pipeline.search").MODES
