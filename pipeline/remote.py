@@ -44,11 +44,13 @@ def served_search(
             r = http.post(f"{base}/v1/search", json=body)
     except (httpx.HTTPError, ValueError):
         return None  # the usual path reports what is wrong with the server, with its exit code
-    answer = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+    parsed = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
+    answer: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
     if r.status_code != 200:
         from pipeline.config import ConfigError
 
-        detail = answer.get("detail") if isinstance(answer.get("detail"), dict) else {}
+        raw = answer.get("detail")
+        detail: dict[str, Any] = raw if isinstance(raw, dict) else {}
         raise ConfigError(str(detail.get("message") or r.text[:300]), code=str(detail.get("code") or "INVALID_INPUT"))
     hits = []
     for h in answer.get("hits", []):

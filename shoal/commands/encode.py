@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import typer
 
@@ -69,7 +69,7 @@ def encode(
             outputs = [o.strip(" '\"") for o in found.group(1).split(",") if o.strip()]
             from shoal.failures import CliError
 
-            options_hint = " or ".join(f"--output {o}" for o in outputs if o in Output.__args__)
+            options_hint = " or ".join(f"--output {o}" for o in outputs if o in get_args(Output))
             raise CliError(
                 "INVALID_INPUT", f"model {model!r} has no {output} output; it produces {', '.join(outputs)}",
                 f"pass {options_hint}" if options_hint else "`shoal models` lists each model's outputs",
@@ -79,7 +79,8 @@ def encode(
         print(json.dumps({"text": text, **_shown(r, output, dtype, dimensions)}))
 
 
-def _encode(url: str | None, api_key: str | None, model: str, lines: list[str], kwargs: dict[str, Any]) -> Any:
+def _encode(url: str | None, api_key: str | None, model: str, texts: list[str], kwargs: dict[str, Any]) -> Any:
+    lines: list[str | dict[str, Any]] = list(texts)
     if url:
         from engine.client.sync import Client
 
