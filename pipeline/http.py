@@ -29,6 +29,9 @@ class SearchBody(BaseModel):
     top_k: int = Field(5, ge=1, le=100, description="how many hits")
     mode: Literal["hybrid", "dense", "text", "sparse", "multivector"] = "hybrid"
     where: list[str] | None = Field(None, description="portable filters FIELD=VALUE, all must hold")
+    location: str | None = Field(
+        None, max_length=4096, description="the store the caller means (`store_location`); another: 409 STORE_MISMATCH"
+    )
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
@@ -83,6 +86,8 @@ def search_router(client: Any, db: str, collection: str | None = None) -> APIRou
         except ValidationError as e:
             return _error(400, "INVALID_INPUT", validation_summary(e, SearchBody))
         coll = body.collection or default
+        if body.location is not None and body.location != store_location(db):
+            return _error(409, "STORE_MISMATCH", f"this server searches {store_location(db)}, not {body.location}")
         try:
             hits = await search_async(
                 body.query, db=db, collection=coll, top_k=body.top_k, where=body.where, mode=body.mode, client=client

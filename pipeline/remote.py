@@ -33,19 +33,21 @@ def served_search(
     key = os.environ.get("SHOAL_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     base = url.rstrip("/")
+    body: dict[str, Any] = {"query": query, "top_k": top_k, "mode": mode, "where": where or None}
+    body["location"] = store_location(db)  # the server answers only for the store it serves (409 otherwise)
+    if collection:
+        body["collection"] = collection
     try:
         with httpx.Client(timeout=httpx.Timeout(60.0, connect=2.0), headers=headers) as http:
-            served = http.get(f"{base}/v1/search")
-            if served.status_code != 200 or served.json().get("location") != store_location(db):
-                return None
-            body: dict[str, Any] = {"query": query, "top_k": top_k, "mode": mode, "where": where or None}
-            if collection:
-                body["collection"] = collection
             r = http.post(f"{base}/v1/search", json=body)
+        parsed = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
     except (httpx.HTTPError, ValueError):
         return None  # the usual path reports what is wrong with the server, with its exit code
-    parsed = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
     answer: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+    if r.status_code in (404, 405, 409) and not _store_error(answer):  # no search there, or another store
+        return None
+    if r.status_code == 400 and "location" in str(answer.get("detail", "")):  # a server without `location`
+        return None
     if r.status_code != 200:
         from pipeline.config import ConfigError
 
@@ -57,3 +59,9 @@ def served_search(
         meta = {k: v for k, v in h.items() if k not in ("id", "score", "text")}
         hits.append(Hit(str(h["id"]), float(h["score"]), str(h.get("text", "")), meta))
     return hits
+
+
+def _store_error(answer: dict[str, Any]) -> bool:
+    """A 404 about the served store itself (its collection), which the user should see as it is."""
+    detail = answer.get("detail")
+    return isinstance(detail, dict) and detail.get("code") in ("NO_COLLECTION", "NO_STORE")
