@@ -1,5 +1,7 @@
 """CLI start-up: wall time of `shoal --help`, `shoal CMD --help`, `shoal models` and `shoal search` on the demo
 store (median of N runs each), against `python -c pass` in the same run, and where one search spends its time.
+`shoal search --url` against a warm local `shoal serve --db` of the same store is timed too: the model stays
+loaded there, so the command itself loads no model, no torch and no store driver.
 
     .venv/bin/python bench/cli_startup.py [--runs 5] [--db lancedb://./shoal-data]
 
@@ -61,6 +63,32 @@ def median_of(n: int, args: list[str], env: dict[str, str]) -> float:
     return statistics.median(run(args, env) for _ in range(n))
 
 
+def warm_search(a: argparse.Namespace, shoal: list[str], env: dict[str, str]) -> float:
+    """Median wall time of `shoal search --url` against a `shoal serve --db` started here (after one warm-up)."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([*shoal, "serve", "--port", str(port), "--db", a.db, "--log-level", "warning"],
+                              env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"{url}/healthz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        args = [*shoal, "search", QUERY, "--db", a.db, "-k", "3", "--url", url]
+        run(args, env)  # the server loads its model on the first query
+        return median_of(a.runs, args, env)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -84,6 +112,8 @@ def main() -> None:
     results: dict[str, float] = {}
     for name, args in cases.items():
         results[name] = median_of(a.runs, args, env)
+    if have_store:
+        results["shoal search --url (warm local server, same store)"] = warm_search(a, shoal, env)
     base = results["python -c pass (baseline)"]
     print(f"| command | median of {a.runs} (s) | x python -c pass |")
     print("| --- | --- | --- |")

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 DEFAULT_DB = "lancedb://./shoal-data"
+MODES = ("hybrid", "dense", "text", "sparse", "multivector")  # pipeline.search.MODES (a test keeps them equal)
 
 DbOpt = Annotated[
     str | None,
@@ -34,6 +35,15 @@ StateOpt = Annotated[
     ),
 ]  # fmt: skip
 UrlOpt = Annotated[str | None, typer.Option("--url", help="send tasks to a shoal server instead of in-process")]
+SearchUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        envvar="SHOAL_URL",
+        help="a shoal server: embeds the query there, and searches there when it serves this store (--db): "
+        "no model or store driver loads here",
+    ),
+]
 
 
 def _config(
@@ -144,11 +154,11 @@ def search_command(
         ),
     ] = None,
     rerank: Annotated[str | None, typer.Option("--rerank", help="reranker model for the candidates")] = None,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", help="how many hits")] = 5,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="how many hits (at least 1)", min=1)] = 5,
     mode: Annotated[
         str, typer.Option("--mode", help="hybrid (default), dense, text, sparse or multivector")
     ] = "hybrid",
-    url: UrlOpt = None,
+    url: SearchUrlOpt = None,
     state: StateOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per hit")] = False,
 ) -> None:
@@ -159,10 +169,17 @@ def search_command(
     """
     import asyncio
 
-    from pipeline.search import MODES, search_async
-
     if mode not in MODES:
         raise typer.BadParameter(f"mode must be one of {', '.join(MODES)}", param_hint="--mode")
+    if url and not (filter or rerank or state):  # a warm server that serves this store answers it all
+        from pipeline.remote import served_search
+
+        found = served_search(url, query, db or DEFAULT_DB, collection, top_k, mode, where)
+        if found is not None:
+            _print_hits(found, query, mode, False, as_json)
+            return
+    from pipeline.search import search_async
+
     client = None
     if url:
         from engine.client.http import AsyncClient
@@ -179,14 +196,17 @@ def search_command(
             if client is not None:
                 await client.close()
 
-    hits = asyncio.run(run())
+    _print_hits(asyncio.run(run()), query, mode, bool(rerank), as_json)
+
+
+def _print_hits(hits: list[Any], query: str, mode: str, reranked: bool, as_json: bool) -> None:
     if as_json:
         for h in hits:
             print(json.dumps({"id": h.id, "score": h.score, "text": h.text, **h.metadata}, default=str))
         return
     from pipeline.cli_output import print_hits
 
-    print_hits(hits, query, mode, bool(rerank))
+    print_hits(hits, query, mode, reranked)
 
 
 def reindex_command(

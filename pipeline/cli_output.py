@@ -25,7 +25,7 @@ class RichProgress:
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("files · {task.fields[chunks]} chunks · {task.fields[rate]} tok/s"),
+            TextColumn("{task.fields[info]}"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
@@ -33,6 +33,7 @@ class RichProgress:
             disable=quiet,
         )
         self.task: Any = None
+        self.parts: dict[str, Any] = {}  # rel -> the bar of a large file being written window by window
         self.chunks = self.tokens = 0
         self.t0 = time.perf_counter()
         self._mu = threading.Lock()
@@ -40,14 +41,29 @@ class RichProgress:
     def start(self, root: str, files: int) -> None:
         self.bar.start()
         self.t0 = time.perf_counter()
-        self.task = self.bar.add_task(escape(Path(root).name or root), total=files, chunks=0, rate=0)
+        self.task = self.bar.add_task(escape(Path(root).name or root), total=files, info=self._info())
 
     def file_done(self, rel: str, status: str, chunks: int, tokens: int) -> None:
         with self._mu:
+            if rel in self.parts:  # a large file's own bar goes when the file is done
+                self.bar.remove_task(self.parts.pop(rel))
             self.chunks += chunks
             self.tokens += tokens
-            rate = f"{self.tokens / max(1e-6, time.perf_counter() - self.t0):,.0f}"
-            self.bar.update(self.task, advance=1, chunks=self.chunks, rate=rate)
+            self.bar.update(self.task, advance=1, info=self._info())
+
+    def file_part(self, rel: str, chunks: int, tokens: int, done: int, total: int) -> None:
+        """A window of a large file is written: its own bar (chunks done of the file's), and the totals."""
+        with self._mu:
+            self.chunks += chunks
+            self.tokens += tokens
+            self.bar.update(self.task, info=self._info())
+            if rel not in self.parts:
+                self.parts[rel] = self.bar.add_task(escape(f"  {rel}"), total=total, info="chunks of this file")
+            self.bar.update(self.parts[rel], completed=done)
+
+    def _info(self) -> str:
+        rate = self.tokens / max(1e-6, time.perf_counter() - self.t0)
+        return f"files · {self.chunks} chunks · {rate:,.0f} tok/s"
 
     def phase(self, name: str) -> None:
         if self.task is not None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -25,12 +26,15 @@ class ConfigError(ValueError):
     """A config (or path) a user gave that cannot run; raised before any work starts. One line."""
 
     code = "INVALID_CONFIG"
+    hint: str | None = None  # one line of what to do, when the code's usual hint does not fit
 
-    def __init__(self, message: str, code: str | None = None) -> None:
+    def __init__(self, message: str, code: str | None = None, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code:
             self.code = code
+        if hint:
+            self.hint = hint
 
 
 class SourceConfig(BaseModel):
@@ -122,6 +126,12 @@ class PipelineConfig(BaseModel):
     steps: list[Step] = Field(default_factory=lambda: [Step(kind="dense", model=DEFAULT_MODEL)])
     engine: EngineConfig = Field(default_factory=EngineConfig)
     files_in_flight: int = Field(default=8, ge=1, description="documents parsed and enriched concurrently")
+    window_chunks: int = Field(
+        default=512,
+        ge=1,
+        description="a large file's chunks are enriched and written this many at a time: what bounds the memory "
+        "of one file's vectors and rows, and the step of its progress",
+    )
     write_batch_rows: int = Field(default=512, ge=1, description="rows per store write, at most")
     write_interval_s: float = Field(default=2.0, gt=0, description="a write happens at least this often")
 
@@ -187,10 +197,33 @@ def load_config(path: Path | str | None = None, **overrides: Any) -> PipelineCon
         raise ConfigError(f"invalid pipeline config{f' {path}' if path else ''}: {validation_summary(e)}") from e
 
 
-def validation_summary(e: ValidationError) -> str:
-    """A pydantic error as one line: `where: what` per problem."""
+def validation_summary(e: ValidationError, root: type[BaseModel] = PipelineConfig) -> str:
+    """A pydantic error as one line: `where: what` per problem; an unknown key says which it may have meant."""
     parts = []
     for err in e.errors():
-        where = ".".join(str(x) for x in err.get("loc", ())) or "config"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        loc = tuple(err.get("loc", ()))
+        where = ".".join(str(x) for x in loc) or "config"
+        what = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            known = keys_at(root, loc[:-1])
+            close = difflib.get_close_matches(loc[-1].lower(), known, n=1, cutoff=0.6)
+            what = f"unknown key (did you mean {close[0]!r}?)" if close else f"unknown key; known: {', '.join(known)}"
+        parts.append(f"{where}: {what}")
     return "; ".join(parts)
+
+
+def keys_at(root: type[BaseModel], loc: tuple[str | int, ...]) -> list[str]:
+    """The keys the config section at `loc` takes (list indexes skipped), e.g. ("steps", 0) -> Step's."""
+    model: type[BaseModel] = root
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        inner = [a for a in (field.annotation, *get_args(field.annotation)) if isinstance(a, type)]
+        nested = next((a for a in inner if issubclass(a, BaseModel)), None)
+        if nested is None:
+            return []
+        model = nested
+    return list(model.model_fields)

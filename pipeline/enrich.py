@@ -42,9 +42,7 @@ class Enricher:
                 info = listed.get(step.model, info)
             if info.get("available") is False:
                 raise ConfigError(
-                    f"step {step.kind!r}: model {step.model!r} has no weights on this machine and cannot download "
-                    "them; `shoal models --json` lists where they were looked for, and "
-                    "docs/troubleshooting.md#missing-weights says how to provide them",
+                    f"step {step.kind!r}: model {step.model!r} has no weights here and cannot download them",
                     code="MODEL_UNAVAILABLE",
                 )
             if task not in info.get("tasks", []):

@@ -17,6 +17,7 @@ from connectors.base import StoreError
 from connectors.filters import FilterError
 from engine.client.protocol import ShoalClient
 from pipeline.config import ConfigError, validation_summary
+from pipeline.remote import store_location
 
 
 class SearchBody(BaseModel):
@@ -29,6 +30,9 @@ class SearchBody(BaseModel):
     top_k: int = Field(5, ge=1, le=100, description="how many hits")
     mode: Literal["hybrid", "dense", "text", "sparse", "multivector"] = "hybrid"
     where: list[str] | None = Field(None, description="portable filters FIELD=VALUE, all must hold")
+    location: str | None = Field(
+        None, max_length=4096, description="the store the caller means (`store_location`); another: 409 STORE_MISMATCH"
+    )
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
@@ -53,7 +57,8 @@ def search_router(client: ShoalClient, db: str, collection: str | None = None) -
 
     @router.get("/v1/search")
     async def describe() -> dict[str, Any]:
-        """{db, collection, collections}: the store and the collections it holds (none when it does not exist)."""
+        """{db, collection, collections, location}: the store, the collections it holds (none when it does not
+        exist) and where it is (an embedded store's absolute folder), so `shoal search --url` knows it."""
         import asyncio
 
         from pipeline.manage import collections
@@ -62,7 +67,7 @@ def search_router(client: ShoalClient, db: str, collection: str | None = None) -
             names = [c.name for c in await asyncio.to_thread(collections, db)]
         except (ConfigError, StoreError):
             names = []
-        return {"db": db, "collection": default, "collections": names}
+        return {"db": db, "collection": default, "collections": names, "location": store_location(db)}
 
     @router.post(
         "/v1/search",
@@ -80,8 +85,10 @@ def search_router(client: ShoalClient, db: str, collection: str | None = None) -
         try:
             body = SearchBody.model_validate_json(await request.body())
         except ValidationError as e:
-            return _error(400, "INVALID_INPUT", validation_summary(e))
+            return _error(400, "INVALID_INPUT", validation_summary(e, SearchBody))
         coll = body.collection or default
+        if body.location is not None and body.location != store_location(db):
+            return _error(409, "STORE_MISMATCH", f"this server searches {store_location(db)}, not {body.location}")
         try:
             hits = await search_async(
                 body.query, db=db, collection=coll, top_k=body.top_k, where=body.where, mode=body.mode, client=client

@@ -115,6 +115,15 @@ def find_roots(uri: str, path: str, collection: str | None, state: str | None = 
     names = _candidates(path)
     found = [(c, r) for c, r, _ in recorded if r in names]
     if not found:
+        inside = sorted({(c, r) for c, r, _ in recorded for n in names if n.startswith(r.rstrip(os.sep) + os.sep)})
+        if inside:  # a file (or sub-folder) of an ingested folder: its chunks go with `delete --source`
+            coll, root = inside[0]
+            raise ConfigError(
+                f"{path} is inside the ingested folder {root} (collection {coll}); forget takes a folder or file "
+                "given to `shoal ingest`",
+                code="NOT_A_ROOT",
+                hint=f"`shoal delete --source {path} -c {coll}` removes its chunks; `shoal forget {root}` the folder's",
+            )
         known = ", ".join(sorted({r for _, r, _ in recorded})) or "none"
         raise ConfigError(f"{path} is not a recorded root of {uri}; recorded: {known}", code="NOT_FOUND")
     return found

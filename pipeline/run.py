@@ -34,13 +34,23 @@ class Progress(Protocol):
     def phase(self, name: str) -> None: ...
 
 
+class PartProgress(Protocol):
+    """A progress that also hears of each written piece of a large file (`window_chunks` chunks at a time)."""
+
+    def file_part(self, rel: str, chunks: int, tokens: int, done: int, total: int) -> None: ...
+
+
 @dataclass
 class _Done:
+    """Enriched chunks of one file, ready to write: all of them, or one window of a large file."""
+
     file: SourceFile
     content_hash: str
     doc: Document
     chunks: list[Chunk]
     columns: list[dict[str, Any]] = field(default_factory=list)
+    ids: list[str] | None = None  # the file's last piece: every chunk id of the file (committed with it)
+    total: int = 0  # chunks in the whole file
 
 
 class ManifestLike(Protocol):
@@ -99,20 +109,17 @@ class IngestRun:
     def __init__(self, root: Path, cfg: PipelineConfig, client: ShoalClient, progress: Progress | None) -> None:
         self.root = check_root(root)  # a missing or unusable path fails here: no store or manifest is touched
         self.cfg = cfg
-        self.store = open_store(cfg.db)
-        try:
-            self.manifest = manifest_for(self.store, cfg.state)
-        except BaseException:
-            self.store.close()
-            raise
         self.enricher = Enricher(client, cfg)
         self.progress = progress
         self.s = IngestSummary(root=str(self.root), db=cfg.db, collection=cfg.collection)
         self.coll = cfg.collection
         self.clock = StageClock()
+        self.failed: set[str] = set()  # paths failed in this run: a later piece of theirs is not committed
+        self.written: dict[str, int] = {}  # chunks of a large file written so far (for its progress)
 
     async def prepare(self) -> None:
-        """Everything that can fail on the config fails here, before a file is read."""
+        """Everything that can fail on the config fails here, before a file is read; the models are checked
+        before the store is opened, so a config that cannot run creates no store and no manifest."""
         infos = await self.enricher.validate()
         tok_model = self.cfg.chunking.tokenizer or self.cfg.dense.model
         try:
@@ -122,6 +129,12 @@ class IngestRun:
         max_len = min(tok.max_len, infos[self.cfg.dense.model].get("max_sequence_length") or tok.max_len)
         self.chunker = Chunker(tok.tokenizer, max_len, self.cfg.chunking)
         self.s.fingerprint = self.cfg.fingerprint(infos)
+        self.store = open_store(self.cfg.db)
+        try:
+            self.manifest = manifest_for(self.store, self.cfg.state)
+        except BaseException:
+            self.store.close()
+            raise
         spec = CollectionSpec(
             name=self.coll,
             dense_dim=self.enricher.dense_dim(),
@@ -138,8 +151,10 @@ class IngestRun:
             await self.prepare()
             self.manifest.lock()
         except BaseException:
-            self.manifest.close()
-            self.store.close()
+            if hasattr(self, "manifest"):
+                self.manifest.close()
+            if hasattr(self, "store"):
+                self.store.close()
             raise
         finished = False
         try:
@@ -166,6 +181,7 @@ class IngestRun:
             self.progress.start(str(self.root), len(w.files))
         self.known = self.manifest.sources(self.coll, str(self.root))
         queue: asyncio.Queue[_Done | None] = asyncio.Queue(maxsize=2 * self.cfg.files_in_flight)
+        self.queue = queue  # a large file's windows go to the writer as they are enriched
         writer = asyncio.create_task(self._writer(queue))
         slots = asyncio.Semaphore(self.cfg.files_in_flight)
 
@@ -226,22 +242,35 @@ class IngestRun:
                 self._fail(f, digest, f"parser error: {type(e).__name__}: {e}")
                 return None
         self.s.warnings += [FileIssue(path=f.rel, reason=w) for w in doc.warnings]
-        with self.clock.stage("embed"):
-            try:
-                columns = await self.enricher.enrich(chunks)
-            except ShoalError as e:  # the engine refused or failed this document's tasks
-                self._fail(f, digest, f"enrichment failed: {e.code}: {e.message}")
-                return None
-        self.s.chunks_embedded += len(chunks)
-        self.s.tokens_embedded += sum(c.n_tokens for c in chunks)
-        self.s.pages += doc.pages
-        return _Done(f, digest, doc, chunks, columns)
+        doc.blocks = []  # chunked: only the title, kind and pages are still needed
+        ids, window = [c.id for c in chunks], self.cfg.window_chunks
+        for at in range(0, len(chunks), window):  # a large file: enriched and written a window at a time
+            part = chunks[at : at + window]
+            with self.clock.stage("embed"):
+                try:
+                    columns = await self.enricher.enrich(part)
+                except ShoalError as e:  # the engine refused or failed this document's tasks
+                    self._fail(f, digest, f"enrichment failed: {e.code}: {e.message}")
+                    return None
+            self.s.chunks_embedded += len(part)
+            self.s.tokens_embedded += sum(c.n_tokens for c in part)
+            if at + window < len(chunks):
+                if path in self.failed:  # an earlier window's write failed
+                    return None
+                await self.queue.put(_Done(f, digest, doc, part, columns, None, len(chunks)))
+                continue
+            self.s.pages += doc.pages
+            return _Done(f, digest, doc, part, columns, ids, len(chunks))
+        return None  # a document always has a chunk (parse refuses one without text)
 
     def _parse_chunk(self, data: bytes, f: SourceFile, path: str) -> tuple[Document, list[Chunk]]:
         doc = parse(data, f.path.name, self.cfg.source.invalid_utf8)
         return doc, self.chunker.chunk(doc, path)
 
     def _fail(self, f: SourceFile, digest: str | None, reason: str) -> None:
+        if str(f.path) in self.failed:  # one failure per file, however many of its windows were in the batch
+            return None
+        self.failed.add(str(f.path))
         self.manifest.fail(self.coll, str(self.root), str(f.path), f.rel, digest, reason)
         self.s.files_failed.append(FileIssue(path=f.rel, reason=reason))
         if self.progress:
@@ -290,29 +319,39 @@ class IngestRun:
         now = time.time()
         rows = [self._row(d, c, cols, now) for d in batch for c, cols in zip(d.chunks, d.columns, strict=True)]
         self.s.chunks_written += self.store.upsert(self.coll, rows)
+        del rows
+        done = [d for d in batch if d.ids is not None and str(d.file.path) not in self.failed]  # whole files
         stale: list[str] = []
-        for d in batch:
+        for d in done:
             rec = self.known.get(str(d.file.path))
             if rec is not None:
-                new = {c.id for c in d.chunks}
+                new = set(d.ids or ())
                 stale += [i for i in dict.fromkeys(rec.chunk_ids + rec.pending_ids) if i not in new]
-        pending_now = self.manifest.sources_for(self.coll, [str(d.file.path) for d in batch])
-        for d in batch:  # ids a crashed earlier attempt left pending are stale too
-            new = {c.id for c in d.chunks}
+        pending_now = self.manifest.sources_for(self.coll, [str(d.file.path) for d in done])
+        for d in done:  # ids a crashed earlier attempt left pending are stale too
+            new = set(d.ids or ())
             stale += [i for i in pending_now[str(d.file.path)].pending_ids if i not in new and i not in stale]
         self.s.chunks_deleted += self.store.delete(self.coll, stale)
         self.manifest.commit(
             self.coll,
             [
                 {"path": str(d.file.path), "hash": d.content_hash, "fingerprint": self.s.fingerprint,
-                 "ids": [c.id for c in d.chunks], "size": d.file.size}
-                for d in batch
+                 "ids": d.ids, "size": d.file.size}
+                for d in done
             ],
         )  # fmt: skip
-        self.s.files_processed += len(batch)
+        self.s.files_processed += len(done)
         if self.progress:
+            part = getattr(self.progress, "file_part", None)  # PartProgress: hears of a large file's windows
             for d in batch:
-                self.progress.file_done(d.file.rel, "ok", len(d.chunks), sum(c.n_tokens for c in d.chunks))
+                tokens = sum(c.n_tokens for c in d.chunks)
+                if d.ids is None and part is not None:
+                    written = self.written.get(str(d.file.path), 0) + len(d.chunks)
+                    self.written[str(d.file.path)] = written
+                    part(d.file.rel, len(d.chunks), tokens, written, d.total)
+                elif d in done:
+                    self.written.pop(str(d.file.path), None)
+                    self.progress.file_done(d.file.rel, "ok", len(d.chunks), tokens)
 
     def _remove_deleted(self, present: set[str]) -> None:
         """Chunks of files gone from the root, then any row of this root no manifest entry claims."""

@@ -66,6 +66,8 @@ async def search_async(
     """
     if mode not in MODES:
         raise ConfigError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ConfigError(f"top_k must be a whole number of at least 1, not {top_k!r}", code="INVALID_TOP_K")
     coll = collection or url_collection(db) or "chunks"
     store = open_existing(db)  # searching never creates a store or a manifest
     try:

@@ -6,7 +6,10 @@ is already loaded (it must be, for the error to exist), so the CLI's start-up st
 
 from __future__ import annotations
 
+import re
 import sys
+import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 OK, USAGE, UNREACHABLE, FILES_FAILED = 0, 1, 2, 3
@@ -89,6 +92,66 @@ def _transport_error(exc: BaseException) -> bool:
     return httpx is not None and isinstance(exc, httpx.TransportError)
 
 
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to a mistyped word (case-insensitive; a model id also by its name after the
+    organisation, so `all-minilm-l6-v2` finds `sentence-transformers/all-MiniLM-L6-v2`), or None."""
+    import difflib
+
+    keys: dict[str, str] = {}
+    for c in choices:
+        keys.setdefault(c.lower(), c)
+        keys.setdefault(c.rsplit("/", 1)[-1].lower(), c)
+    typed = word.lower()
+    found = difflib.get_close_matches(typed, list(keys), n=1, cutoff=0.75)
+    if not found and "/" in typed:
+        found = difflib.get_close_matches(typed.rsplit("/", 1)[-1], list(keys), n=1, cutoff=0.75)
+    best = keys[found[0]] if found else None
+    return None if best is None or best == word else best
+
+
+# the engine words its errors for a server; run in-process, the CLI says where it really happened
+IN_PROCESS_WORDS = (
+    ("on this server", "on this machine"),
+    ("this server serves", "the engine serves"),
+    ("a checkpoint folder on the server", "a checkpoint folder on this machine"),
+    ("off on this server", "off here"),
+    ("under the server's model roots", "under the model roots"),
+)
+NO_MODEL = re.compile(r"no model '([^']{1,512})'")
+
+
+def _model_ids() -> list[str]:
+    """The catalogue's ids (a suggestion for a mistyped model; a server's catalogue may hold more)."""
+    try:
+        from engine.catalogue.catalogue import Catalogue
+
+        return Catalogue().ids()
+    except Exception:  # noqa: BLE001 - a suggestion is a nicety: never let it hide the error itself
+        return []
+
+
+def _from_a_server(exc: BaseException) -> bool:
+    """Whether the error came back from a shoal server (raised in the HTTP client), not the engine in-process."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        for frame, _ in traceback.walk_tb(seen.__traceback__):
+            if frame.f_globals.get("__name__") == "engine.client.http":  # raise_for_error: a server's answer
+                return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _reworded(code: str, message: str, exc: BaseException) -> str:
+    """A message worded for where it happened (in-process: "this machine"), without the engine's list of
+    ways to provide weights (the hint points to them)."""
+    if code == "MODEL_UNAVAILABLE":
+        message = message.split(" To provide them:", 1)[0].rstrip()
+    if not _from_a_server(exc):
+        for said, meant in IN_PROCESS_WORDS:
+            message = message.replace(said, meant)
+    return message
+
+
 def explain(exc: BaseException) -> Failure | None:
     """The Failure for an expected error, or None for a bug (which deserves its traceback)."""
     if _transport_error(exc):
@@ -96,8 +159,10 @@ def explain(exc: BaseException) -> Failure | None:
     if not _expected(exc):
         return None
     code = str(getattr(exc, "code", None) or type(exc).__name__)
-    message = one_line(getattr(exc, "message", None) or str(exc))
+    message = one_line(_reworded(code, str(getattr(exc, "message", None) or exc), exc))
     hint = getattr(exc, "hint", None) or HINTS.get(code)
+    if (typo := NO_MODEL.search(message)) and (close := did_you_mean(typo.group(1), _model_ids())):
+        hint = f"did you mean {close!r}? " + HINTS["MODEL_NOT_FOUND"]
     exit_code = getattr(exc, "exit_code", None)
     if not isinstance(exit_code, int):
         exit_code = UNREACHABLE if code in UNREACHABLE_CODES else USAGE

@@ -171,12 +171,19 @@ def test_search_routes_for_the_console(built: tuple[Path, Path], engine: Any) ->
     app = FastAPI()
     app.include_router(search_router(engine, str(db)))
     with TestClient(app) as c:
-        assert c.get("/v1/search").json() == {"db": str(db), "collection": "chunks", "collections": ["chunks"]}
+        described = {"db": str(db), "collection": "chunks", "collections": ["chunks"], "location": f"lancedb://{db}"}
+        assert c.get("/v1/search").json() == described
         r = c.post("/v1/search", json={"query": "impeller blocked", "top_k": 2})
         assert r.status_code == 200, r.text
         hits = r.json()["hits"]
         assert len(hits) == 2 and hits[0]["source"] == "pump.md" and "E-417" in hits[0]["text"]
         assert c.post("/v1/search", json={"query": ""}).json()["detail"]["code"] == "INVALID_INPUT"
+        other = c.post("/v1/search", json={"query": "x", "location": "lancedb:///elsewhere"})
+        assert other.status_code == 409 and other.json()["detail"]["code"] == "STORE_MISMATCH", other.text
+        same = c.post("/v1/search", json={"query": "impeller", "top_k": 1, "location": f"lancedb://{db}"})
+        assert same.status_code == 200 and len(same.json()["hits"]) == 1, same.text
+        typo = c.post("/v1/search", json={"query": "x", "top_kk": 2}).json()["detail"]
+        assert "top_kk: unknown key (did you mean 'top_k'?)" in typo["message"], typo
         r = c.post("/v1/search", json={"query": "x", "collection": "nope"})
         assert r.status_code == 404 and r.json()["detail"]["code"] == "NO_COLLECTION"
         r = c.post("/v1/search", json={"query": "x", "where": ["colour=red"]})

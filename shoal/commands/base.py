@@ -53,6 +53,12 @@ class ShoalGroup(TyperGroup):
             ctx.exit()
         return super().parse_args(ctx, args)
 
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None and not getattr(cmd, "_shoal_plain", False):
+            plain_help(cmd, ctx)
+        return cmd
+
     def get_help_option(self, ctx: Any) -> Any:
         return None  # the group's --help is read in parse_args (see the class docstring)
 
@@ -85,3 +91,22 @@ class ShoalGroup(TyperGroup):
             for line in failure.lines():
                 print(line, file=sys.stderr)
             raise typer.Exit(failure.exit_code) from None
+
+
+def first_paragraph(text: str | None) -> str:
+    """A command's help up to its first blank line, on one line: what the command list shows, never cut off."""
+    return " ".join((text or "").strip().split("\n\n")[0].split())
+
+
+def plain_help(cmd: Any, ctx: Any) -> None:
+    """The command list shows each command's whole first paragraph (click cuts it at about 45 characters), and
+    a repeatable option shows its item's placeholder (`<str>`, with `...` for an argument), not `<list[str]>`."""
+    cmd.short_help = first_paragraph(cmd.help)
+    for param in cmd.params:
+        if param.metavar is not None or getattr(param, "is_flag", False):
+            continue
+        shown = param.display_type(ctx) if hasattr(param, "display_type") else None
+        if isinstance(shown, str) and shown.startswith("<list[") and shown.endswith("]>"):
+            item = f"<{shown[6:-2].lower()}>"  # the usage line keeps its own name for the parameter
+            param.display_type_rich = lambda ctx=None, item=item: item
+    cmd._shoal_plain = True

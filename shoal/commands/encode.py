@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import typer
 
@@ -12,6 +13,8 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # the engine's output dtypes (engine.tasks.task.OUTPUT_DTYPES; a test keeps the two equal), checked before any load
 Dtype = Literal["float32", "float16", "int8", "uint8", "binary", "ubinary"]
 PACKED = ("binary", "ubinary")  # 8 dims to a byte
+Output = Literal["dense", "sparse", "multivector"]
+PRODUCES = re.compile(r"cannot produce \[.*?\]; it produces \[([^\]]*)\]")
 
 
 def dims_of(vec: Any, dtype: str, dimensions: int | None) -> int:
@@ -37,26 +40,65 @@ def encode(
     dtype: Annotated[
         Dtype, typer.Option(help="float32, float16, int8, uint8, binary or ubinary (the last two: packed bits)")
     ] = "float32",
+    output: Annotated[
+        Output,
+        typer.Option(
+            "--output", "-o", help="dense (a vector), sparse (SPLADE term weights) or multivector (one per token)"
+        ),
+    ] = "dense",
 ) -> None:
-    """Encode texts and print one JSON line per text: {text, dims, dense}.
+    """Encode texts and print one JSON line per text: {text, dims, dense}, {text, sparse: {indices, values}}
+    or {text, tokens, dims, multivector}.
 
-    Exit code 1 on a bad model or input, 2 when --url cannot be reached.
+    Exit code 1 on a bad model or input (a model without the output names the ones it has), 2 when --url
+    cannot be reached.
     """
     lines = texts if texts and texts != ["-"] else [ln.rstrip("\n") for ln in sys.stdin if ln.strip()]
     if not lines:
         raise typer.BadParameter("no texts given (pass them as arguments or on stdin)")
     options = {"dimensions": dimensions} if dimensions else None
-    kwargs: dict[str, Any] = {"is_query": query or None, "options": options, "output_dtype": dtype}
+    kwargs: dict[str, Any] = {"is_query": query or None, "options": options, "output_types": [output]}
+    if output == "dense":
+        kwargs["output_dtype"] = dtype
+    elif dtype != "float32":
+        raise typer.BadParameter(f"--dtype applies to dense output only, not {output}", param_hint="--dtype")
+    try:
+        results = _encode(url, api_key, model, list(lines), kwargs)
+    except Exception as e:
+        if found := PRODUCES.search(str(getattr(e, "message", ""))):
+            outputs = [o.strip(" '\"") for o in found.group(1).split(",") if o.strip()]
+            from shoal.failures import CliError
+
+            options_hint = " or ".join(f"--output {o}" for o in outputs if o in get_args(Output))
+            raise CliError(
+                "INVALID_INPUT", f"model {model!r} has no {output} output; it produces {', '.join(outputs)}",
+                f"pass {options_hint}" if options_hint else "`shoal models` lists each model's outputs",
+            ) from None  # fmt: skip
+        raise
+    for text, r in zip(lines, results, strict=True):
+        print(json.dumps({"text": text, **_shown(r, output, dtype, dimensions)}))
+
+
+def _encode(url: str | None, api_key: str | None, model: str, texts: list[str], kwargs: dict[str, Any]) -> Any:
+    lines: list[str | dict[str, Any]] = list(texts)
     if url:
         from engine.client.sync import Client
 
         with Client(url, api_key=api_key) as c:
-            results = c.encode(model, list(lines), **kwargs)
-    else:
-        from engine.runtime import Engine
+            return c.encode(model, lines, **kwargs)
+    from engine.runtime import Engine
 
-        with Engine() as e:
-            results = e.encode(model, list(lines), **kwargs)
-    for text, r in zip(lines, results, strict=True):
-        vec = r["dense"]
-        print(json.dumps({"text": text, "dims": dims_of(vec, dtype, dimensions), "dense": vec.tolist()}))
+    with Engine() as e:
+        return e.encode(model, lines, **kwargs)
+
+
+def _shown(r: Any, output: str, dtype: str, dimensions: int | None) -> dict[str, Any]:
+    """One result as JSON-ready fields: the dense vector with its dims, sparse term weights, or token vectors."""
+    if output == "sparse":
+        sp = r["sparse"]
+        return {"sparse": {"indices": [int(i) for i in sp["indices"]], "values": [float(v) for v in sp["values"]]}}
+    if output == "multivector":
+        mv = r["multivector"]
+        return {"tokens": int(mv.shape[0]), "dims": int(mv.shape[-1]), "multivector": mv.tolist()}
+    vec = r["dense"]
+    return {"dims": dims_of(vec, dtype, dimensions), "dense": vec.tolist()}

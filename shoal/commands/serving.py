@@ -23,6 +23,7 @@ DeviceBudget = Annotated[str | None, typer.Option(help="bytes of models on the d
 HostBudget = Annotated[str | None, typer.Option(help="bytes of demoted models in host RAM, e.g. 512MB")]
 Pin = Annotated[list[str] | None, typer.Option(help="model kept resident, never evicted (repeatable)")]
 LoraDir = Annotated[Path | None, typer.Option(help="folder of PEFT LoRA adapters, one per sub-folder")]
+PORT_RANGE: dict[str, int] = {"min": 1, "max": 65535}  # click refuses anything else as a usage error (exit 1)
 LocalModels = Annotated[
     bool,
     typer.Option(
@@ -78,9 +79,38 @@ def check_preload(settings: EngineSettings) -> None:
             raise ModelUnavailable(f"cannot preload {model!r}: {status.summary()}")
 
 
+def check_bind(host: str, port: int, option: str = "--port") -> None:
+    """Refuse, in one line (exit 1), an address this process cannot listen on, before any model is loaded:
+    a host that does not resolve or is not this machine's, a port in use or one that needs privileges."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        reason = e.strerror if isinstance(e, socket.gaierror) else str(e)
+        raise CliError("INVALID_HOST", f"cannot listen on host {host!r}: {reason}", HOST_HINT) from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(addr)
+        except OSError as e:
+            where = f"{host}:{port}"
+            if e.errno == errno.EADDRINUSE:
+                hint = f"another process listens there: stop it, or choose another {option}"
+                raise CliError("ADDRESS_IN_USE", f"{where} is already in use", hint) from None
+            if e.errno == errno.EACCES:
+                hint = f"ports below 1024 need privileges: choose another {option}"
+                raise CliError("ADDRESS_REFUSED", f"not allowed to listen on {where}", hint) from None
+            raise CliError("INVALID_HOST", f"cannot listen on {where}: {e.strerror}", HOST_HINT) from None
+
+
+HOST_HINT = "--host takes a name or address of this machine, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (all)"
+
+
 def serve(
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
+    port: Annotated[int, typer.Option(help="port to listen on (1-65535)", **PORT_RANGE)] = 8080,
     preload: Preload = None,
     model_dir: ModelDir = None,
     threads: Threads = None,
@@ -103,7 +133,8 @@ def serve(
         Path | None, typer.Option(envvar="SHOAL_API_KEYS_FILE", help="file of API keys, one per line")
     ] = None,
     metrics_port: Annotated[
-        int | None, typer.Option(envvar="SHOAL_METRICS_PORT", help="serve /metrics on this port, not the API port")
+        int | None,
+        typer.Option(envvar="SHOAL_METRICS_PORT", help="serve /metrics on this port, not the API port", **PORT_RANGE),
     ] = None,
     cors_origin: Annotated[
         list[str] | None, typer.Option(help="origin allowed to call the API from a browser (repeatable)")
@@ -121,13 +152,6 @@ def serve(
     collection: Annotated[str | None, typer.Option(help="default collection of --db")] = None,
 ) -> None:
     """Run the HTTP server and the web console at /: embedded engine, or with --queue a gateway for workers."""
-    from agent_tools.cli import named_taxonomies
-    from agent_tools.config import ToolSettings
-    from agent_tools.http import tools_router
-    from engine.http.app import create_app
-    from engine.http.server import serve_app
-    from engine.runtime import AsyncEngine
-
     settings = settings_from(
         host=host,
         port=port,
@@ -148,8 +172,21 @@ def serve(
         cors_origins=cors_origin,
     )
     check_auth(settings)  # before loading anything
+    check_bind(settings.host, settings.port)
+    if settings.metrics_port is not None:
+        if settings.metrics_port == settings.port:
+            raise CliError("ADDRESS_IN_USE", f"--metrics-port {settings.metrics_port} is the API port too",
+                           "give /metrics a port of its own, or leave --metrics-port out")  # fmt: skip
+        check_bind(settings.host, settings.metrics_port, "--metrics-port")
     if not settings.queue_url:  # a gateway loads nothing; its workers check their own models
         check_preload(settings)
+    from agent_tools.cli import named_taxonomies
+    from agent_tools.config import ToolSettings
+    from agent_tools.http import tools_router
+    from engine.http.app import create_app
+    from engine.http.server import serve_app
+    from engine.runtime import AsyncEngine
+
     engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
     http = create_app(engine)
     # the search tool opens only the stores and collections configured here (as model folders: off unless asked)
@@ -180,7 +217,9 @@ def worker(
     host_budget: HostBudget = None,
     pin: Pin = None,
     lora_dir: LoraDir = None,
-    metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus /metrics on this port")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve Prometheus /metrics on this port", **PORT_RANGE)
+    ] = None,
     local_models: LocalModels = False,
     model_root: ModelRoot = None,
 ) -> None:
@@ -201,6 +240,8 @@ def worker(
         local_models=local_models,
         model_roots=model_root,
     )
+    if metrics_port is not None:
+        check_bind(settings.host, metrics_port, "--metrics-port")
     check_preload(settings)
     run_worker(settings, metrics_port)
 

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from pipeline.cli import DEFAULT_DB, CollOpt, DbOpt, StateOpt
-from shoal.commands.table import render
+from shoal.commands.table import render, terminal_width
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
@@ -69,7 +69,7 @@ def collections_command(db: DbOpt = None, state: StateOpt = None, as_json: JsonO
             first = [i.name, str(i.chunks), srcs] if n == 0 else ["", "", ""]
             rows.append([*first, run, r["root"]])
     print(f"collections in {uri}\n")
-    print(render(["collection", "chunks", "sources", "last run", "folder"], rows, fold_last=True))
+    print(render(["collection", "chunks", "sources", "last run", "folder"], rows, terminal_width(), fold_last=True))
 
 
 def sources_command(
@@ -85,7 +85,11 @@ def sources_command(
         return
     print(f"sources of collection {coll} in {uri}\n")
     rows = [[s.source, s.status, str(s.chunks), _when(s.updated_at), s.error or s.root] for s in found]
-    print(render(["source", "status", "chunks", "ingested", "folder, or the failure"], rows, fold_last=True))
+    print(
+        render(
+            ["source", "status", "chunks", "ingested", "folder, or the failure"], rows, terminal_width(), fold_last=True
+        )
+    )
     failed = sum(s.status == "failed" for s in found)
     print(f"\n{len(found)} sources, {sum(s.chunks for s in found)} chunks, {failed} failed")
 

@@ -5,9 +5,12 @@ Written out (no rich) so its layout is exact when piped, and cheap to import.
 
 from __future__ import annotations
 
+import re
+import shutil
 import textwrap
 
 GAP = "  "
+PATH_BREAK = re.compile(r"(?<=[/\\])")  # a long path folds after a separator, never inside a name
 
 
 def _shrink(natural: list[int], floor: list[int], room: int, first: int | None = None) -> list[int]:
@@ -27,7 +30,7 @@ def _shrink(natural: list[int], floor: list[int], room: int, first: int | None =
 
 def render(headers: list[str], rows: list[list[str]], width: int = 80, fold_last: bool = False) -> str:
     """The table as text: a header line, a rule, then each row (wrapped cells spill onto extra lines).
-    With `fold_last`, the last column (paths, reasons) may also break inside a word."""
+    With `fold_last`, the last column (paths, reasons) may also break a long path after a `/`."""
     cols = len(headers)
     cells = [[headers[i], *(r[i] for r in rows)] for i in range(cols)]
     natural = [max(len(c) for c in col) for col in cells]
@@ -38,7 +41,7 @@ def render(headers: list[str], rows: list[list[str]], width: int = 80, fold_last
 
     def lines(row: list[str]) -> list[str]:
         wrapped = [[row[0]]] + [
-            textwrap.wrap(row[i], widths[i], break_long_words=fold_last and i == cols - 1) or [""]
+            (fold(row[i], widths[i]) if fold_last and i == cols - 1 else textwrap.wrap(row[i], widths[i])) or [""]
             for i in range(1, cols)
         ]
         height = max(len(w) for w in wrapped)
@@ -50,3 +53,32 @@ def render(headers: list[str], rows: list[list[str]], width: int = 80, fold_last
 
     rule = GAP.join("-" * w for w in widths)
     return "\n".join([*lines(headers), rule, *(line for r in rows for line in lines(r))])
+
+
+def fold(text: str, width: int) -> list[str]:
+    """Wrap at spaces; a word longer than the width (a path) breaks after its separators, and only a name
+    longer than the whole width is cut inside."""
+    pieces: list[tuple[str, bool]] = []  # (text, whether it continues the previous piece's word)
+    for word in text.split():
+        parts = [word] if len(word) <= width else [p for p in PATH_BREAK.split(word) if p]
+        pieces += [(part, n > 0) for n, part in enumerate(parts)]
+    out: list[str] = []
+    line = ""
+    for piece, joined in pieces:
+        glue = "" if not line or joined else " "
+        if line and len(line) + len(glue) + len(piece) > width:
+            out.append(line)
+            line, glue = "", ""
+        while len(piece) > width:  # one name wider than the column: cut, as nothing else fits
+            if line:
+                out.append(line)
+                line = ""
+            out.append(piece[:width])
+            piece = piece[width:]
+        line += glue + piece
+    return [*out, line] if line else out
+
+
+def terminal_width() -> int:
+    """The terminal's width, or 80 when the output is piped (COLUMNS overrides both)."""
+    return max(40, shutil.get_terminal_size((80, 24)).columns)
