@@ -3,9 +3,9 @@
 The candidate runs the shipped gate set (data/gate.jsonl: 64 passages on 16 topics, four close ones per
 topic, and 128 queries that each name the one passage answering them) next to the same model in float32:
 
-- mean cosine between the candidate's and float32's outputs over every text, at least MIN_COSINE (dense
-  vectors; SPLADE vocabulary weights; token vectors, token by token; a cross-encoder's scores over all
-  pairs, each side centred on its mean, i.e. their correlation);
+- cosine between the candidate's and float32's outputs, at least MIN_COSINE on average over every text and
+  at least MIN_WORST_COSINE on each one (dense vectors; SPLADE vocabulary weights; token vectors, token by
+  token; a cross-encoder's scores over all pairs, each side centred on its mean, i.e. their correlation);
 - nDCG@10 of the queries over the passages (an embedder retrieves from all 64; a cross-encoder re-ranks the
   eight passages of the query's topic and the next one) drops by at most MAX_NDCG_DROP.
 """
@@ -30,7 +30,8 @@ from engine.model.packing import pack_by_budget
 from engine.model.sequences import Encoded
 
 GATE_SET = Path(__file__).parent / "data" / "gate.jsonl"
-MIN_COSINE = 0.99
+MIN_COSINE = 0.995  # mean over the gate set's texts
+MIN_WORST_COSINE = 0.99  # every single text
 MAX_NDCG_DROP = 0.01
 TOKEN_BUDGET = 4096
 
@@ -73,7 +74,8 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        return self.mean_cosine >= MIN_COSINE and self.ndcg_drop <= MAX_NDCG_DROP
+        cosines = self.mean_cosine >= MIN_COSINE and self.min_cosine >= MIN_WORST_COSINE
+        return cosines and self.ndcg_drop <= MAX_NDCG_DROP
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -84,7 +86,11 @@ class GateResult:
             "ndcg_at_10": round(self.ndcg, 6),
             "reference_ndcg_at_10": round(self.reference_ndcg, 6),
             "ndcg_drop": round(self.ndcg_drop, 6),
-            "thresholds": {"min_mean_cosine": MIN_COSINE, "max_ndcg_drop": MAX_NDCG_DROP},
+            "thresholds": {
+                "min_mean_cosine": MIN_COSINE,
+                "min_worst_cosine": MIN_WORST_COSINE,
+                "max_ndcg_drop": MAX_NDCG_DROP,
+            },
         }
 
 
