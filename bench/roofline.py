@@ -265,7 +265,8 @@ def summarise(
         system, precision = labels.get(name) or (LABELS[kind], precision or "float32")
         best = min(secs)
         peak = peaks[precision].best if precision in peaks else None
-        cosines = np.sum(vectors[name] * vectors["st"], axis=1)
+        got, ref = (v / np.linalg.norm(v, axis=1, keepdims=True) for v in (vectors[name], vectors["st"]))
+        cosines = np.sum(got * ref, axis=1)  # normalised here: a bf16 vector's norm is off by a few 1e-4
         rows.append(
             {
                 "system": system,

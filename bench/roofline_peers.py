@@ -95,6 +95,8 @@ class OrtPeer(PaddedPeer):
         super().__init__(folder, max_len)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+        # its pool's threads would spin on after each run, taking the cores from whichever system runs next
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self.label, self.precision = f"ONNX Runtime {ort.__version__}", precision
 
