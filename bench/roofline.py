@@ -8,7 +8,9 @@ One run, on the encode corpus (bench/data/passages.jsonl) with all-MiniLM-L6-v2:
   token budget (bench/roofline_parts.py);
 - sentence-transformers fp32 `encode(batch_size=32)`, shoal in-process and shoal over HTTP, in float32 and in
   every reduced precision this CPU offers, the reduced ones after their quality gate (engine/residency/gate.py);
-  rounds interleave the systems so load from other jobs hits all of them alike;
+  shoal's default (a fresh profile store, nothing tuned: the engine picks its precision itself); and the peers
+  (bench/roofline_peers.py: sentence-transformers bf16, ONNX Runtime fp32 and int8, OpenVINO), each with its
+  cosine to sentence-transformers fp32; rounds interleave the systems so load from other jobs hits all alike;
 - achieved useful FLOP/s as a share of the peak; where the time goes, from the engine's own stage timers;
   one-sentence HTTP latency minus inference time; and a PNG plot with the rooflines marked.
 
@@ -56,7 +58,13 @@ TARGETS = {
     "reduced_vs_st": 2.5,
     "http_overhead_ms": 3.0,
     "http_vs_inproc": 0.9,
+    "default_vs_fastest_peer": 1.5,
+    "default_min_cosine": 0.99,
+    "default_mean_cosine": 0.995,
+    "bfloat16_of_peak": 0.65,
+    "int8_of_peak": 0.80,
 }
+LABELS = {"st": "sentence-transformers", "inproc": "shoal in-process", "http": "shoal HTTP"}
 
 
 def load_corpus(limit: int | None) -> list[str]:
@@ -88,7 +96,9 @@ def gate_profiles(precisions: list[str], store: Path) -> dict[str, dict[str, Any
 class Systems:
     """Every system under test, loaded once; `run(name)` encodes the corpus once and returns (seconds, vectors)."""
 
-    def __init__(self, texts: list[str], threads: int, precisions: list[str], store: Path, http: bool) -> None:
+    def __init__(
+        self, texts: list[str], threads: int, precisions: list[str], store: Path, http: bool, peers: bool
+    ) -> None:
         from sentence_transformers import SentenceTransformer
 
         import shoal
@@ -104,20 +114,32 @@ class Systems:
             if http:
                 env = {"SHOAL_THREADS": str(threads), "SHOAL_PROFILE_STORE": str(path)}
                 self.servers[name] = LiveServer(env=env).wait_ready()
+        self.peers: dict[str, Any] = {}
+        if peers:
+            from bench.roofline_peers import ShoalDefault, make_peers
+
+            work = Path(tempfile.mkdtemp(prefix="shoal-peers-"))
+            self.peers = make_peers(minilm_dir(), self.st.max_seq_length, threads, work)
+            self.peers["default"] = ShoalDefault(MODEL, threads, len(texts), texts)
         self.run("st", warm=True)
+        for name in self.peers:
+            self.run(name, warm=True)
         for name in precisions:
             self.run(f"inproc:{name}", warm=True)
             if http:
                 self.run(f"http:{name}", warm=True)
 
     def names(self) -> list[str]:
-        return ["st", *(f"inproc:{p}" for p in self.engines), *(f"http:{p}" for p in self.servers)]
+        inproc, http = [f"inproc:{p}" for p in self.engines], [f"http:{p}" for p in self.servers]
+        return ["st", *inproc, *http, *self.peers]
 
     def run(self, name: str, warm: bool = False) -> tuple[float, np.ndarray]:
         texts = self.texts[:64] if warm else self.texts
         kind, _, precision = name.partition(":")
         started = time.perf_counter()
-        if kind == "st":
+        if name in self.peers:
+            vecs = self.peers[name].encode(texts)
+        elif kind == "st":
             vecs = self.st.encode(texts, batch_size=32, convert_to_numpy=True)
         elif kind == "inproc":
             vecs = np.stack([r["dense"] for r in self.engines[precision].encode(MODEL, texts)])
@@ -127,6 +149,8 @@ class Systems:
 
     def stages(self, name: str) -> dict[str, float]:
         kind, _, precision = name.partition(":")
+        if name in self.peers:
+            return {}
         return stage_seconds_remote(self.servers[precision].url) if kind == "http" else stage_seconds_local()
 
     def close(self) -> None:
@@ -134,6 +158,8 @@ class Systems:
             engine.close()
         for server in self.servers.values():
             server.stop()
+        if "default" in self.peers:
+            self.peers["default"].close()
 
 
 def main() -> None:
@@ -143,6 +169,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="use only the first N passages")
     ap.add_argument("--precisions", default=None, help="comma-separated (default: all this CPU offers)")
     ap.add_argument("--no-http", action="store_true", help="skip the HTTP systems and the latency check")
+    ap.add_argument("--no-peers", action="store_true", help="skip the peers and shoal's untuned default")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "roofline.png")
     ap.add_argument("--replot", action="store_true", help="only redraw the plot from bench/results/roofline.json")
     args = ap.parse_args()
@@ -165,13 +192,13 @@ def main() -> None:
     lengths = [len(ids) for ids in probe.tokenizer(texts, truncate=True)]
     flops = forward_flops(probe.config, lengths)
     budget = card.profiles["default"].max_batch_tokens
-    peaks = {p: MatmulPeak(probe.config, p, budget) for p in precisions}
+    peaks = {p: MatmulPeak(probe.config, p, budget) for p in dict.fromkeys([*precisions, *available("cpu")])}
     del probe
 
     store = Path(tempfile.mkdtemp(prefix="shoal-roofline-"))
     gates = gate_profiles(precisions, store)
     precisions = [p for p in precisions if p == "float32" or gates[p]["passed"]]
-    systems = Systems(texts, args.threads, precisions, store, http=not args.no_http)
+    systems = Systems(texts, args.threads, precisions, store, http=not args.no_http, peers=not args.no_peers)
     seconds: dict[str, list[float]] = {n: [] for n in systems.names()}
     stages: dict[str, dict[str, float]] = {n: {} for n in systems.names()}
     vectors: dict[str, np.ndarray] = {}
@@ -180,7 +207,7 @@ def main() -> None:
             for peak in peaks.values():
                 peak.measure()
             for name in systems.names():
-                before = systems.stages(name) if name != "st" else {}
+                before = systems.stages(name) if name != "st" else {}  # peers: none
                 secs, vectors[name] = systems.run(name)
                 seconds[name].append(secs)
                 if name != "st":
@@ -192,7 +219,10 @@ def main() -> None:
     finally:
         systems.close()
 
-    report = summarise(texts, lengths, flops, peaks, gates, seconds, stages, vectors, latency, args)
+    labels = {k: (p.label, p.precision) for k, p in systems.peers.items()}
+    default_tune = getattr(systems.peers.get("default"), "tune_seconds", None)
+    report = summarise(texts, lengths, flops, peaks, gates, seconds, stages, vectors, latency, args, labels)
+    report["default_tune_seconds"] = default_tune
     out = ROOT / "bench" / "results" / "roofline.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
@@ -226,16 +256,20 @@ def summarise(
     vectors: dict[str, np.ndarray],
     latency: dict[str, dict[str, float]],
     args: argparse.Namespace,
+    labels: dict[str, tuple[str, str]],
 ) -> dict[str, Any]:
     st_best = min(seconds["st"])
     rows = []
     for name, secs in seconds.items():
         kind, _, precision = name.partition(":")
-        precision = precision or "float32"
+        system, precision = labels.get(name) or (LABELS[kind], precision or "float32")
         best = min(secs)
+        peak = peaks[precision].best if precision in peaks else None
+        got, ref = (v / np.linalg.norm(v, axis=1, keepdims=True) for v in (vectors[name], vectors["st"]))
+        cosines = np.sum(got * ref, axis=1)  # normalised here: a bf16 vector's norm is off by a few 1e-4
         rows.append(
             {
-                "system": {"st": "sentence-transformers", "inproc": "shoal in-process", "http": "shoal HTTP"}[kind],
+                "system": system,
                 "key": name,
                 "precision": precision,
                 "seconds_best": best,
@@ -244,10 +278,11 @@ def summarise(
                 "passages_per_s": len(texts) / best,
                 "tokens_per_s": flops.tokens / best,
                 "useful_gflop_per_s": flops.total / best / 1e9,
-                "fraction_of_peak": flops.total / best / peaks[precision].best,
+                "fraction_of_peak": flops.total / best / peak if peak else None,
                 "vs_st": st_best / best,
                 "vs_st_median": statistics.median(seconds["st"]) / statistics.median(secs),
-                "mean_cosine_to_st": float(np.mean(np.sum(vectors[name] * vectors["st"], axis=1))),
+                "mean_cosine_to_st": float(np.mean(cosines)),
+                "min_cosine_to_st": float(np.min(cosines)),
                 "gate": gates.get(precision),
                 "stages_s": stages.get(name) or None,
                 "stages_share": {k: v / sum(secs) for k, v in (stages.get(name) or {}).items()} or None,
@@ -257,13 +292,24 @@ def summarise(
     reduced = [r for r in rows if r["system"] == "shoal in-process" and r["precision"] != "float32"]
     best_reduced = max(reduced, key=lambda r: r["vs_st"]) if reduced else None
     fp32 = by_key["inproc:float32"]
-    http = by_key.get("http:float32")
+    peers = [r for k, r in by_key.items() if k.split(":")[0] in ("st", "ort", "openvino")]
+    fastest_peer = max(peers, key=lambda r: r["passages_per_s"])
+    default = by_key.get("default")
+    inproc = {r["precision"]: r for r in rows if r["system"] == "shoal in-process"}
+    over_http = [
+        inproc[r["precision"]]["seconds_best"] / r["seconds_best"] for r in rows if r["system"] == "shoal HTTP"
+    ]
     checks = {
+        "default_vs_fastest_peer": default["passages_per_s"] / fastest_peer["passages_per_s"] if default else None,
+        "default_min_cosine": default["min_cosine_to_st"] if default else None,
+        "default_mean_cosine": default["mean_cosine_to_st"] if default else None,
+        "bfloat16_of_peak": inproc["bfloat16"]["fraction_of_peak"] if "bfloat16" in inproc else None,
+        "int8_of_peak": inproc["int8"]["fraction_of_peak"] if "int8" in inproc else None,
         "fp32_of_peak": fp32["fraction_of_peak"],
         "fp32_vs_st": fp32["vs_st"],
         "reduced_vs_st": best_reduced["vs_st"] if best_reduced else None,
         "http_overhead_ms": latency["float32"]["overhead_p50_ms"] if "float32" in latency else None,
-        "http_vs_inproc": fp32["seconds_best"] / http["seconds_best"] if http else None,
+        "http_vs_inproc": min(over_http) if over_http else None,
     }
     met = {
         k: (None if v is None else (v <= TARGETS[k] if k == "http_overhead_ms" else v >= TARGETS[k]))
@@ -285,6 +331,8 @@ def summarise(
         "checks": checks,
         "met": met,
         "best_reduced": best_reduced["precision"] if best_reduced else None,
+        "fastest_peer": fastest_peer["key"],
+        "default_precision": default["precision"] if default else None,
     }
 
 
@@ -304,13 +352,18 @@ def print_report(r: dict[str, Any]) -> None:
             f"{gate['ndcg_at_10']:.4f} vs float32 {gate['reference_ndcg_at_10']:.4f} (drop {gate['ndcg_drop']:.4f}): "
             f"{verdict}"
         )
-    head = f"{'system':<22} {'precision':<9} {'passages/s':>10} {'GFLOP/s':>8} {'of peak':>8} {'vs ST':>6} {'(median)':>8} {'spread':>7} {'cos ST':>8}"
+    head = f"{'system':<44} {'precision':<9} {'passages/s':>10} {'GFLOP/s':>8} {'of peak':>8} {'vs ST':>6} {'(median)':>8} {'spread':>7} {'cos ST':>8} {'min':>8}"
     print("\n" + head)
     for s in r["systems"]:
+        share = "-" if s["fraction_of_peak"] is None else f"{s['fraction_of_peak'] * 100:.1f}%"
         print(
-            f"{s['system']:<22} {s['precision']:<9} {s['passages_per_s']:>10.1f} {s['useful_gflop_per_s']:>8.1f} "
-            f"{s['fraction_of_peak'] * 100:>7.1f}% {s['vs_st']:>5.2f}x {s['vs_st_median']:>7.2f}x {s['spread']:>6.2f}x "
-            f"{s['mean_cosine_to_st']:>8.5f}"
+            f"{s['system']:<44} {s['precision']:<9} {s['passages_per_s']:>10.1f} {s['useful_gflop_per_s']:>8.1f} "
+            f"{share:>8} {s['vs_st']:>5.2f}x {s['vs_st_median']:>7.2f}x {s['spread']:>6.2f}x "
+            f"{s['mean_cosine_to_st']:>8.5f} {s['min_cosine_to_st']:>8.5f}"
+        )
+    if r.get("default_precision"):
+        print(
+            f"shoal default picked {r['default_precision']} (first load + background tune: {r['default_tune_seconds']:.1f} s)"
         )
     print("\nwhere the time goes (engine stage timers, share of the system's wall time):")
     for s in r["systems"]:
@@ -327,7 +380,7 @@ def print_report(r: dict[str, Any]) -> None:
         want = r["targets"][k]
         state = {True: "met", False: "MISSED", None: "not measured"}[r["met"][k]]
         print(
-            f"  {k:<17} {'-' if v is None else f'{v:.3f}':>8} (target {'<=' if k == 'http_overhead_ms' else '>='} {want}): {state}"
+            f"  {k:<24} {'-' if v is None else f'{v:.3f}':>8} (target {'<=' if k == 'http_overhead_ms' else '>='} {want}): {state}"
         )
 
 

@@ -150,12 +150,13 @@ def plot(rows: list[dict[str, Any]], roofs: dict[str, float], path: Path, title:
     import matplotlib.pyplot as plt
 
     colours = {"float32": "#4c72b0", "int8": "#dd8452", "bfloat16": "#55a868", "float16": "#c44e52"}
-    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(9.0, 1.15 * len(rows)), 4.8), dpi=110)
     labels = [f"{r['system']}\n{r['precision']}" for r in rows]
     values = [r["passages_per_s"] for r in rows]
     bars = ax.bar(labels, values, color=[colours.get(r["precision"], "#8172b2") for r in rows])
     for bar, r in zip(bars, rows, strict=True):
-        note = f"{r['passages_per_s']:.3g}/s\n{r['fraction_of_peak'] * 100:.0f}% of peak"
+        share = r["fraction_of_peak"]
+        note = f"{r['passages_per_s']:.3g}/s" + (f"\n{share * 100:.0f}% of peak" if share is not None else "")
         ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
     for precision, roof in roofs.items():
         ax.axhline(roof, ls="--", lw=1.2, color=colours.get(precision, "grey"))
@@ -163,7 +164,7 @@ def plot(rows: list[dict[str, Any]], roofs: dict[str, float], path: Path, title:
     ax.set_ylabel("passages / s")
     ax.set_ylim(0, max([*values, *roofs.values()]) * 1.25)
     ax.set_title(title, fontsize=10)
-    ax.tick_params(axis="x", labelsize=8)
+    ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

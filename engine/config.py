@@ -115,7 +115,17 @@ class EngineSettings(BaseSettings):
     pin: list[str] = Field(default_factory=list, description="models kept resident on the device, never evicted")
     lora_dir: Path | None = Field(default=None, description="folder of PEFT LoRA adapters, one sub-folder per name")
     lora_cache_size: int = Field(default=16, description="LoRA adapters kept loaded (LRU)")
-    auto_tune: bool = Field(default=False, description="run a short tune on a model's first load on new hardware")
+    auto_tune: bool = Field(
+        default=True,
+        description="on a model's first load on a device kind, gate every precision the device offers in the "
+        "background (float32 serves meanwhile) and switch to the fastest that passes; 0: float32 until `shoal tune`",
+    )
+    auto_tune_budget_s: float = Field(
+        default=60.0, gt=0, description="no further precision is tried once the background gate has run this long"
+    )
+    precision: Literal["float32", "float16", "bfloat16", "int8"] | None = Field(
+        default=None, description="pin every model to this precision (no auto-tune); None: tuned or card's choice"
+    )
     profile_store: Path = Field(
         default=Path("~/.cache/shoal/profiles.json").expanduser(), description="tuned profiles per (model, device)"
     )

@@ -28,6 +28,7 @@ from engine.model.threads import apply_threads
 from engine.model.tokenizer import TextTokenizer, tokenizer_for
 from engine.queue.local import InProcessQueue
 from engine.queue.protocol import Result, WorkQueue
+from engine.residency.autotune import Tuner
 from engine.residency.manager import ResidencyManager
 from engine.residency.store import device_kind, precision_summary
 from engine.tasks.annotate import encode_task, score_task
@@ -57,6 +58,7 @@ class AsyncEngine(ModelCalls):
         loader: Loader = load,
         faults: FaultInjector | None = None,
         retry: RetryPolicy = NO_RETRY,
+        tuner: Tuner | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
         self.retry = retry
@@ -66,7 +68,7 @@ class AsyncEngine(ModelCalls):
         )
         self.queue: WorkQueue | None = queue
         self.registry = ResidencyManager(
-            self.catalogue, self.settings.device, self.settings.offline, self.settings, loader=loader, faults=faults
+            self.catalogue, s.device, s.offline, s, loader=loader, faults=faults, tuner=tuner
         )
         self.worker: Worker | None = None
         self._faults = faults
@@ -204,6 +206,7 @@ class AsyncEngine(ModelCalls):
         info["available"] = weights_status(card, self.settings.offline).source != "missing"
         store, kind = self.registry.profiles, device_kind(self.settings.device)
         info["precision"] = precision_summary(store.report(card.id, kind), store.get(card.id, kind))
+        info["precision_in_use"] = self.registry.precision_in_use(card)
         return info
 
 

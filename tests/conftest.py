@@ -10,6 +10,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# tests pin their precision: the background precision tune of a first load runs only where a test turns it on
+os.environ.setdefault("SHOAL_AUTO_TUNE", "0")
 
 from tests.helpers import LiveServer, make_tiny_bert, minilm_dir  # noqa: E402
 

@@ -17,7 +17,7 @@ from engine.model.packed import PackedModel
 from engine.model.precision import available, cpu_features, device_profile
 from engine.model.quantize import Int8Linear
 from engine.model.sequences import Encoded
-from engine.residency.gate import MAX_NDCG_DROP, MIN_COSINE, load_gate_set, ndcg_at_10, run_gate
+from engine.residency.gate import MAX_NDCG_DROP, MIN_COSINE, MIN_WORST_COSINE, load_gate_set, ndcg_at_10, run_gate
 from engine.residency.manager import ResidencyManager
 from engine.residency.tune import ProfileStore, tune_model
 from engine.runtime import AsyncEngine
@@ -63,8 +63,9 @@ def test_gate_fails_a_profile_with_one_layer_zeroed(minilm: PackedModel) -> None
 
 
 def test_gate_catches_a_ranking_loss_the_cosine_misses(minilm: PackedModel) -> None:
-    """A profile that wrecks a few inputs (as a half-precision overflow would) and is exact on the rest: the
-    mean cosine stays above the bar, but those queries no longer find their passage and nDCG says so."""
+    """A profile that wrecks a few inputs (as a half-precision overflow would) and is exact on the rest: a mean
+    cosine alone would let it through at 0.99, but the worst text's cosine fails it, and those queries no longer
+    find their passage, which nDCG says too."""
     data = load_gate_set()
     wrecked = {data.queries[0]: data.queries[40], data.queries[10]: data.queries[90]}  # other topics' queries
     broken = minilm.variant("float32")
@@ -75,17 +76,24 @@ def test_gate_catches_a_ranking_loss_the_cosine_misses(minilm: PackedModel) -> N
 
     broken.encode_texts = encode_texts  # type: ignore[method-assign]
     result = run_gate(minilm, broken, data)
-    assert result.mean_cosine >= MIN_COSINE and result.ndcg_drop > MAX_NDCG_DROP, result.as_dict()
+    assert result.mean_cosine >= 0.99 and result.min_cosine < MIN_WORST_COSINE, result.as_dict()
+    assert result.ndcg_drop > MAX_NDCG_DROP, result.as_dict()
     assert not result.passed
 
 
 @pytest.mark.skipif("int8" not in available("cpu"), reason="fbgemm int8 kernels need x86 with AVX2")
-def test_int8_profile_passes_the_gate_on_minilm(minilm: PackedModel) -> None:
+def test_int8_profile_runs_close_to_float32_on_minilm(minilm: PackedModel) -> None:
+    """Close (its gate figures are recorded), though on MiniLM not close enough for the default gate's worst-text bar."""
     int8 = minilm.variant("int8")
     assert sum(isinstance(m, Int8Linear) for m in int8.backbone.modules()) == 6 * 6  # q, k, v, out, up, down
     result = run_gate(minilm, int8)
-    assert result.passed, result.as_dict()
+    assert result.mean_cosine > 0.98 and result.ndcg_drop <= MAX_NDCG_DROP, result.as_dict()
     assert minilm.precision.name == "float32"  # the reference was not touched
+
+
+def test_bfloat16_profile_passes_the_gate_on_minilm(minilm: PackedModel) -> None:
+    result = run_gate(minilm, minilm.variant("bfloat16"))
+    assert result.passed and result.min_cosine >= MIN_WORST_COSINE, result.as_dict()
 
 
 def test_cpu_offers_bfloat16_only_with_fast_bf16() -> None:

@@ -49,15 +49,6 @@ async def test_tune_stores_profile_and_next_load_uses_it(tiny: str, tmp_path: Pa
     assert loaded.precision.profile.max_batch_tokens == stored.max_batch_tokens
 
 
-async def test_auto_tune_on_first_load(tiny: str, tmp_path: Path) -> None:
-    store = tmp_path / "auto.json"
-    reg = ResidencyManager(Catalogue(), "cpu", True, EngineSettings(profile_store=store, auto_tune=True))
-    loaded = await reg.get(tiny)
-    entry = json.loads(store.read_text())[f"{tiny}@cpu"]
-    assert entry["report"]["auto"] is True
-    assert loaded.card.profile(None).max_batch_tokens == entry["profile"]["max_batch_tokens"]
-
-
 def test_cli_tune(tiny: str, tmp_path: Path) -> None:
     store = tmp_path / "cli.json"
     cmd = ["tune", tiny, "--budgets", "64,128", "--dtypes", "float32", "--requests", "16", "--store", str(store)]

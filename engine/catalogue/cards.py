@@ -41,6 +41,11 @@ class Profile(BaseModel):
     lora: str | None = Field(
         default=None, description="LoRA adapter (a name in the card's `loras`) this profile applies"
     )
+    auto_tune: bool | None = Field(
+        default=None,
+        description="unset or true: float32 here may be replaced by a faster precision that passes the quality "
+        "gate; false keeps `dtype` as written",
+    )
 
 
 class MultivectorSpec(BaseModel):

@@ -3,9 +3,9 @@
 The candidate runs the shipped gate set (data/gate.jsonl: 64 passages on 16 topics, four close ones per
 topic, and 128 queries that each name the one passage answering them) next to the same model in float32:
 
-- mean cosine between the candidate's and float32's outputs over every text, at least MIN_COSINE (dense
-  vectors; SPLADE vocabulary weights; token vectors, token by token; a cross-encoder's scores over all
-  pairs, each side centred on its mean, i.e. their correlation);
+- cosine between the candidate's and float32's outputs, at least MIN_COSINE on average over every text and
+  at least MIN_WORST_COSINE on each one (dense vectors; SPLADE vocabulary weights; token vectors, token by
+  token; a cross-encoder's scores over all pairs, each side centred on its mean, i.e. their correlation);
 - nDCG@10 of the queries over the passages (an embedder retrieves from all 64; a cross-encoder re-ranks the
   eight passages of the query's topic and the next one) drops by at most MAX_NDCG_DROP.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from engine.model.packing import pack_by_budget
 from engine.model.sequences import Encoded
 
 GATE_SET = Path(__file__).parent / "data" / "gate.jsonl"
-MIN_COSINE = 0.99
+MIN_COSINE = 0.995  # mean over the gate set's texts
+MIN_WORST_COSINE = 0.99  # every single text
 MAX_NDCG_DROP = 0.01
 TOKEN_BUDGET = 4096
 
@@ -72,7 +74,8 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        return self.mean_cosine >= MIN_COSINE and self.ndcg_drop <= MAX_NDCG_DROP
+        cosines = self.mean_cosine >= MIN_COSINE and self.min_cosine >= MIN_WORST_COSINE
+        return cosines and self.ndcg_drop <= MAX_NDCG_DROP
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -83,7 +86,11 @@ class GateResult:
             "ndcg_at_10": round(self.ndcg, 6),
             "reference_ndcg_at_10": round(self.reference_ndcg, 6),
             "ndcg_drop": round(self.ndcg_drop, 6),
-            "thresholds": {"min_mean_cosine": MIN_COSINE, "max_ndcg_drop": MAX_NDCG_DROP},
+            "thresholds": {
+                "min_mean_cosine": MIN_COSINE,
+                "min_worst_cosine": MIN_WORST_COSINE,
+                "max_ndcg_drop": MAX_NDCG_DROP,
+            },
         }
 
 
@@ -99,22 +106,50 @@ def ndcg_at_10(scores: Tensor, relevant: list[frozenset[int]], candidates: list[
     return total / len(relevant)
 
 
+@dataclass(frozen=True)
+class GateRun:
+    """One model's pass over the gate set: its outputs, its nDCG@10, and what the pass cost on this machine."""
+
+    values: list[Tensor] | Tensor  # per-text outputs (embedders) or the flat pair scores (cross-encoders)
+    ndcg: float
+    tokens: int
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / max(self.seconds, 1e-9)
+
+
+def gate_run(model: PackedModel, data: GateSet | None = None) -> GateRun:
+    """Run the gate set through `model` once, timed (tokenising included, as a request would be)."""
+    data = data or load_gate_set()
+    card = model.card
+    started = time.perf_counter()
+    values: list[Tensor] | Tensor
+    if "encode" in card.tasks and {"dense", "sparse", "multivector"} & set(card.outputs):
+        values, ndcg, tokens = _retrieval(model, data)
+    elif card.score is not None and card.score.kind == "classifier":
+        values, ndcg, tokens = _rerank(model, data)
+    else:
+        raise InvalidInput(f"model {card.id!r}: the quality gate covers embedders and cross-encoders only")
+    return GateRun(values, ndcg, tokens, time.perf_counter() - started)
+
+
+def compare(reference: GateRun, candidate: GateRun, precision: str) -> GateResult:
+    """The candidate's gate figures against the float32 reference's run."""
+    if isinstance(reference.values, Tensor) and isinstance(candidate.values, Tensor):
+        a, b = reference.values - reference.values.mean(), candidate.values - candidate.values.mean()
+        cos = F.cosine_similarity(a, b, dim=0).reshape(1)
+    else:
+        assert isinstance(reference.values, list) and isinstance(candidate.values, list)
+        cos = _cosines(reference.values, candidate.values)
+    return GateResult(precision, float(cos.mean()), float(cos.min()), candidate.ndcg, reference.ndcg)
+
+
 def run_gate(reference: PackedModel, candidate: PackedModel, data: GateSet | None = None) -> GateResult:
     """The candidate's gate figures against the float32 reference of the same model."""
     data = data or load_gate_set()
-    card = reference.card
-    if "encode" in card.tasks and {"dense", "sparse", "multivector"} & set(card.outputs):
-        ref, ref_ndcg = _retrieval(reference, data)
-        got, ndcg = _retrieval(candidate, data)
-        cos = _cosines(ref, got)
-    elif card.score is not None and card.score.kind == "classifier":
-        ref_scores, ref_ndcg = _rerank(reference, data)
-        scores, ndcg = _rerank(candidate, data)
-        a, b = ref_scores - ref_scores.mean(), scores - scores.mean()
-        cos = F.cosine_similarity(a, b, dim=0).reshape(1)
-    else:
-        raise InvalidInput(f"model {card.id!r}: the quality gate covers embedders and cross-encoders only")
-    return GateResult(candidate.precision.name, float(cos.mean()), float(cos.min()), ndcg, ref_ndcg)
+    return compare(gate_run(reference, data), gate_run(candidate, data), candidate.precision.name)
 
 
 def _cosines(ref: list[Tensor], got: list[Tensor]) -> Tensor:
@@ -134,19 +169,20 @@ def _run(model: PackedModel, seqs: list[Encoded], read: Any) -> list[Any]:
     return out
 
 
-def _outputs(model: PackedModel, texts: list[str], is_query: bool) -> list[Tensor]:
+def _outputs(model: PackedModel, texts: list[str], is_query: bool) -> tuple[list[Tensor], int]:
     """The card's main encode output per text: a normalised dense vector, SPLADE weights over the vocabulary,
     or normalised token vectors."""
     card = model.card
     prefix = (card.query_instruction if is_query else card.document_instruction) or ""
     seqs = model.encode_texts([prefix + t for t in texts], truncate=True, is_query=is_query)
+    tokens = sum(len(s.ids) for s in seqs)
     if "dense" in card.outputs:
         rows = _run(model, seqs, lambda h, b, g: list(model.heads.pooled(h, b)))
-        return [F.normalize(r, dim=-1) for r in rows]
+        return [F.normalize(r, dim=-1) for r in rows], tokens
     if "sparse" in card.outputs:
         rows = _run(model, seqs, lambda h, b, g: model.heads.sparse(h, b))
-        return [_densify(ids, vals, model.vocab_size) for ids, vals in rows]
-    return _run(model, seqs, lambda h, b, g: model.heads.token_vectors(h, b, g))
+        return [_densify(ids, vals, model.vocab_size) for ids, vals in rows], tokens
+    return _run(model, seqs, lambda h, b, g: model.heads.token_vectors(h, b, g)), tokens
 
 
 def _densify(ids: Any, values: Any, size: int) -> Tensor:
@@ -155,19 +191,20 @@ def _densify(ids: Any, values: Any, size: int) -> Tensor:
     return row
 
 
-def _retrieval(model: PackedModel, data: GateSet) -> tuple[list[Tensor], float]:
-    """Every text's output (passages, then queries) and the queries' nDCG@10 over all passages."""
-    passages = _outputs(model, data.passages, is_query=False)
-    queries = _outputs(model, data.queries, is_query=True)
+def _retrieval(model: PackedModel, data: GateSet) -> tuple[list[Tensor], float, int]:
+    """Every text's output (passages, then queries), the queries' nDCG@10 over all passages, and the tokens run."""
+    passages, p_tokens = _outputs(model, data.passages, is_query=False)
+    queries, q_tokens = _outputs(model, data.queries, is_query=True)
     if passages[0].dim() == 2:  # token vectors: MaxSim
         scores = torch.tensor([maxsim_scores(q, passages) for q in queries])
     else:
         scores = torch.stack(queries) @ torch.stack(passages).T
-    return passages + queries, ndcg_at_10(scores, data.relevant)
+    return passages + queries, ndcg_at_10(scores, data.relevant), p_tokens + q_tokens
 
 
-def _rerank(model: PackedModel, data: GateSet) -> tuple[Tensor, float]:
-    """A cross-encoder's scores for each query against the passages of its topic and the next topic."""
+def _rerank(model: PackedModel, data: GateSet) -> tuple[Tensor, float, int]:
+    """A cross-encoder's scores for each query against the passages of its topic and the next topic, their
+    nDCG@10, and the tokens run."""
     topics = list(dict.fromkeys(data.topic(i) for i in range(len(data.passages))))
     by_topic = {t: [i for i in range(len(data.passages)) if data.topic(i) == t] for t in topics}
     candidates = []
@@ -178,4 +215,5 @@ def _rerank(model: PackedModel, data: GateSet) -> tuple[Tensor, float]:
     seqs = model.encode_pairs(pairs, truncate=True)
     flat = torch.tensor(_run(model, seqs, lambda h, b, g: model.heads.scores(h, b).tolist()))
     width = len(candidates[0])
-    return flat, ndcg_at_10(flat.view(len(candidates), width), data.relevant, candidates)
+    tokens = sum(len(s.ids) for s in seqs)
+    return flat, ndcg_at_10(flat.view(len(candidates), width), data.relevant, candidates), tokens

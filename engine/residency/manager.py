@@ -26,8 +26,9 @@ from engine.model.memory import FaultInjector, free_cuda_cache
 from engine.model.packed import PackedModel
 from engine.model.precision import device_profile
 from engine.residency import footprint
+from engine.residency.autotune import BackgroundTuner, Outcome, Tuner
 from engine.residency.ledger import DEVICE, DISK, HOST, Entry, Ledger, LoadRecord
-from engine.residency.tune import ProfileStore, apply_profile, device_kind, quick_tune
+from engine.residency.tune import ProfileStore
 
 log = logging.getLogger("shoal.residency")
 __all__ = ["DEVICE", "DISK", "HOST", "ResidencyManager"]
@@ -37,7 +38,7 @@ class ResidencyManager:
     """Model id -> LoadedModel on this worker's device, within device and host byte budgets.
 
     Collaborators come in through the constructor: `loader` (how a resolved model loads), `clock` (idle TTL),
-    `faults` (out-of-memory injection for tests).
+    `faults` (out-of-memory injection for tests), `tuner` (the background precision tune of a first load).
     """
 
     def __init__(
@@ -50,6 +51,7 @@ class ResidencyManager:
         loader: Loader = load,
         clock: Callable[[], float] = time.monotonic,
         faults: FaultInjector | None = None,
+        tuner: Tuner | None = None,
     ) -> None:
         self.catalogue = catalogue
         self.settings = settings or EngineSettings(device=device, offline=offline)
@@ -63,9 +65,8 @@ class ResidencyManager:
         self.pins = set(s.pin)
         self.adapters = AdapterCache(s.lora_cache_size, s.lora_dir, s.local_models)
         self.profiles = ProfileStore(s.profile_store)
-        self._loader = loader
-        self._clock = clock
-        self._faults = faults
+        self.tuner = BackgroundTuner(s, self.profiles, tuner)
+        self._loader, self._clock, self._faults = loader, clock, faults
         self._entries: OrderedDict[str, Entry] = OrderedDict()  # least recently used first
         self._loading: dict[str, asyncio.Task[LoadedModel]] = {}
         self._reserved = 0  # device bytes promised to loads in flight
@@ -93,6 +94,10 @@ class ResidencyManager:
 
     def pinned_models(self) -> list[str]:
         return sorted(self.pins | {c.id for c in self.catalogue.known() if c.pinned})
+
+    def precision_in_use(self, card: ModelCard) -> dict[str, Any]:
+        """The precision the model runs in on the device now (None: not there), why, and whether a tune runs."""
+        return self.tuner.state(card, self.device, self._entries.get(card.id))
 
     def waiting(self, model: str) -> int:
         """Callers waiting to acquire `model` right now."""
@@ -225,24 +230,22 @@ class ResidencyManager:
         make room, load."""
         started = time.perf_counter()
         folder: Path = await asyncio.to_thread(resolve_weights, card, self.offline, self.settings.local_models)
-        card = self._tuned(card)
-        precision = device_profile(card, self.device)
+        tuned = self.tuner.tuned(card, self.device)
+        precision = device_profile(tuned, self.device, self.settings.precision)
         weights, reserve = footprint.estimate(
             folder, precision.profile.max_batch_tokens, card.max_seq_len, precision.dtype
         )
         need = weights + reserve
         await self._make_room(need, exclude=card.id)
         self._reserved += need
-        spec = LoadSpec(card, folder, self.device, precision, self.adapters)
+        spec = LoadSpec(tuned, folder, self.device, precision, self.adapters)
         try:
             loaded: LoadedModel = await self._guarded_load(card.id, self._loader, spec)
         finally:
             self._reserved -= need
             self._notify()
-        if self.settings.auto_tune and isinstance(loaded, PackedModel) and self._stored(card) is None:
-            tuned = await asyncio.to_thread(quick_tune, loaded, self.profiles)
-            loaded.card = apply_profile(loaded.card, tuned, self.device)
-            loaded.precision = device_profile(loaded.card, self.device)
+        if isinstance(loaded, PackedModel) and self.tuner.wanted(card, loaded, self.device):
+            self.tuner.start(loaded, self._swap)  # float32 serves meanwhile
         pinned = card.pinned or card.id in self.pins
         self._entries[card.id] = Entry(card.id, loaded, DEVICE, loaded.tensor_bytes(), reserve, self._clock(), pinned)
         seconds = time.perf_counter() - started
@@ -256,12 +259,15 @@ class ResidencyManager:
                 log.warning("device over budget after loading %s: %s", card.id, exc.message)
         return loaded
 
-    def _stored(self, card: ModelCard) -> Any:
-        return self.profiles.get(card.id, device_kind(self.device))
-
-    def _tuned(self, card: ModelCard) -> ModelCard:
-        tuned = self._stored(card)
-        return apply_profile(card, tuned, self.device) if tuned is not None else card
+    def _swap(self, reference: PackedModel, outcome: Outcome) -> None:
+        """Serve the precision a background tune chose, if the model it tuned is still the one on the device."""
+        e = self._entries.get(reference.card.id)
+        if e is None or e.loaded is not reference or e.tier != DEVICE or e.moving:
+            return
+        self.adapters.drop_model(e.model)  # adapters were read in float32's dtype
+        e.loaded, e.tensor_bytes = outcome.serving(reference.card, self.device), outcome.model.tensor_bytes()
+        self._notify()
+        self._publish()
 
     async def _guarded_load(self, model: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a load step in a thread; on out-of-memory evict every idle model and try once more."""
@@ -378,6 +384,7 @@ class ResidencyManager:
             await self.sweep()
 
     async def aclose(self) -> None:
+        await self.tuner.aclose()
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None

@@ -73,12 +73,18 @@ def precision_summary(report: dict[str, Any] | None, profile: Profile | None) ->
         gate = gates.get(name)
         row: dict[str, Any] = {
             "precision": name,
-            # float32 is the reference; a precision tuned without a gate (the first-load quick tune) shows None
+            # float32 is the reference; a precision tuned without a gate (`shoal tune --dtypes` of one) shows None
             "passed": True if name == "float32" else (gate["passed"] if gate else None),
         }
         if gate:
-            row.update({k: gate[k] for k in ("mean_cosine", "ndcg_drop")})
+            row.update({k: gate[k] for k in ("mean_cosine", "ndcg_drop", "error") if k in gate})
         if name in best:
             row["tokens_per_s"] = round(best[name], 1)
         rows.append(row)
-    return {"selected": profile.dtype, "max_batch_tokens": profile.max_batch_tokens, "precisions": rows}
+    reason = report.get("reason") or "tuned by `shoal tune` on this device kind"
+    return {
+        "selected": profile.dtype,
+        "reason": reason,
+        "max_batch_tokens": profile.max_batch_tokens,
+        "precisions": rows,
+    }

@@ -29,7 +29,6 @@ __all__ = [
     "apply_profile",
     "device_kind",
     "precision_summary",
-    "quick_tune",
     "tune",
     "tune_model",
 ]
@@ -90,7 +89,7 @@ def tune(
     latency); falls back to the lowest-latency setting. -> (profile, grid rows, gate figures per precision).
 
     `dtypes` defaults to every precision the device offers; a model loaded in another precision than float32
-    can be tuned only in its own precision, ungated (the first-load quick tune)."""
+    can be tuned only in its own precision, ungated. (A first load's background tune is engine/residency/autotune.py.)"""
     max_len = loaded.tokenizer.max_len
     budgets = sorted({b for b in (budgets or BUDGETS) if b >= max_len} or {max_len})
     names = dtypes or available(loaded.device)
@@ -112,13 +111,6 @@ def tune(
     best = min((r for r in ok if r["tokens_per_s"] >= 0.95 * best_speed), key=lambda r: r["max_batch_tokens"])
     profile = Profile(max_batch_tokens=best["max_batch_tokens"], max_batch_items=max_items, dtype=best["dtype"])
     return profile, rows, gates
-
-
-def quick_tune(loaded: PackedModel, store: ProfileStore) -> Profile:
-    """A short tune on a model's first load on new hardware (budgets only, small workload); stored."""
-    profile, rows, _ = tune(loaded, budgets=[2048, 8192, 16384], dtypes=[loaded.precision.name], requests=64)
-    store.put(loaded.card.id, device_kind(loaded.device), profile, {"auto": True, "grid": rows})
-    return profile
 
 
 def tune_model(

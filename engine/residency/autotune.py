@@ -1,0 +1,244 @@
+"""Tuned by default: a model's first load on a device kind gates each precision the device offers, in the background.
+
+float32 serves while the gate runs. Every precision `available()` offers besides float32 runs the shipped gate
+set (engine/residency/gate.py) next to the float32 model already loaded; the gate run is also the speed
+measurement (tokens per second on this machine, under whatever else it is doing), so nothing is assumed
+from the instruction set. The fastest precision that passed, and beat float32 by MIN_SPEEDUP, is recorded in
+the profile store and swapped in; a restart reads the record and loads that precision directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.catalogue.cards import ModelCard, Profile
+from engine.config import EngineSettings
+from engine.errors import InvalidInput
+from engine.model.packed import PackedModel
+from engine.model.precision import available, device_profile, profile_slot
+from engine.residency.gate import GateSet, compare, gate_run, load_gate_set
+from engine.residency.ledger import Entry
+from engine.residency.store import ProfileStore, device_kind
+from engine.residency.tune import apply_profile
+
+log = logging.getLogger("shoal.residency")
+MIN_SPEEDUP = 1.05  # a precision replaces float32 only when its gate run is at least this much faster
+WARMUP_TEXTS = 8  # texts run once, untimed, before a precision's timed gate run (kernel set-up, caches)
+
+Variant = Callable[[PackedModel, str], PackedModel]
+
+
+def make_variant(reference: PackedModel, precision: str) -> PackedModel:
+    """The reference model in another precision (what the engine would serve)."""
+    return reference.variant(precision)
+
+
+@dataclass
+class Outcome:
+    """What a tune chose: the profile to record, its report (gate figures, speeds, why), the model to serve."""
+
+    profile: Profile
+    report: dict[str, Any]
+    model: PackedModel
+    complete: bool = True  # False when it was stopped before every precision was tried: not recorded
+
+    def serving(self, card: ModelCard, device: str) -> PackedModel:
+        """The chosen model, carrying `card` with the tuned profile applied and its precision, ready to serve."""
+        card = apply_profile(card, self.profile, device)
+        self.model.card = card
+        self.model.precision = device_profile(card, self.model.device)
+        log.info("%s now serves %s: %s", card.id, self.model.precision.name, self.report.get("reason"))
+        return self.model
+
+
+Tuner = Callable[[PackedModel, threading.Event], Outcome]
+
+
+def gateable(card: ModelCard) -> bool:
+    """Whether the quality gate has a measure for this card's outputs."""
+    encodes = "encode" in card.tasks and bool({"dense", "sparse", "multivector"} & set(card.outputs))
+    return encodes or (card.score is not None and card.score.kind == "classifier")
+
+
+def card_precision(card: ModelCard, device: str) -> str | None:
+    """The precision the card itself asks for on this device (a reduced one, or float32 with auto_tune off);
+    None: the engine may choose."""
+    slot = profile_slot(device)
+    profile = card.profiles.get(slot, card.profiles["default"])
+    if profile.dtype != "float32" or profile.auto_tune is False:
+        return profile.dtype
+    return None
+
+
+def auto_tune(
+    reference: PackedModel,
+    stop: threading.Event | None = None,
+    *,
+    budget_s: float = 60.0,
+    gate_set: GateSet | None = None,
+    precisions: list[str] | None = None,
+    variant: Variant = make_variant,
+    min_speedup: float = MIN_SPEEDUP,
+) -> Outcome:
+    """Gate and time each of `precisions` (default: every one the device offers) against the float32
+    `reference`; pick the fastest that passed, if it beat float32 by `min_speedup`. No further precision starts
+    after `budget_s` seconds or once `stop` is set."""
+    data = gate_set or load_gate_set()
+    started = time.monotonic()
+    _warm(reference, data)
+    ref = gate_run(reference, data)
+    speeds = {"float32": ref.tokens_per_s}
+    gates: dict[str, dict[str, Any]] = {}
+    skipped: list[str] = []
+    best: PackedModel | None = None  # the fastest candidate that passed so far
+    for name in [n for n in precisions or available(reference.device) if n != "float32"]:
+        if (stop is not None and stop.is_set()) or time.monotonic() - started > budget_s:
+            skipped.append(name)
+            continue
+        try:
+            model = variant(reference, name)
+            _warm(model, data)
+            run = gate_run(model, data)
+        except Exception as exc:  # noqa: BLE001 - a precision that cannot run is refused, never served
+            gates[name] = {"precision": name, "passed": False, "error": f"{type(exc).__name__}: {exc}"}
+            continue
+        result = compare(ref, run, name)
+        gates[name] = result.as_dict()
+        speeds[name] = run.tokens_per_s
+        if result.passed and (best is None or run.tokens_per_s > speeds[best.precision.name]):
+            best = model
+        del model
+    if best is not None:  # float32 timed again after the candidates: its first run also paid for warming up
+        speeds["float32"] = max(speeds["float32"], gate_run(reference, data).tokens_per_s)
+    fast = best is not None and speeds[best.precision.name] >= min_speedup * speeds["float32"]
+    chosen = best if best is not None and fast else reference
+    name = chosen.precision.name
+    profile = reference.precision.profile.model_copy(update={"dtype": name})
+    report = {
+        "auto": True,
+        "reason": _reason(name, speeds, gates, min_speedup),
+        "seconds": round(time.monotonic() - started, 2),
+        "gate_tokens": ref.tokens,
+        "grid": [{"dtype": n, "tokens_per_s": s, "measured_by": "gate run"} for n, s in speeds.items()],
+        "gates": gates,
+        "skipped": skipped,
+    }
+    return Outcome(profile, report, chosen, complete=stop is None or not stop.is_set())
+
+
+def _warm(model: PackedModel, data: GateSet) -> None:
+    seqs = model.encode_texts(data.passages[:WARMUP_TEXTS], truncate=True)
+    model.forward(seqs)
+
+
+def _reason(name: str, speeds: dict[str, float], gates: dict[str, dict[str, Any]], min_speedup: float) -> str:
+    if name != "float32":
+        ratio = speeds[name] / speeds["float32"]
+        return f"auto-tuned: {name} is the fastest precision that passed the quality gate ({ratio:.2f}x float32)"
+    failed = [n for n, g in gates.items() if not g["passed"]]
+    slow = [n for n, g in gates.items() if g["passed"]]
+    parts = []
+    if failed:
+        parts.append(f"{', '.join(failed)} failed the quality gate")
+    if slow:
+        parts.append(f"{', '.join(slow)} passed but ran under {min_speedup:.2f}x float32")
+    return "auto-tuned: float32; " + ("; ".join(parts) or "no other precision was tried")
+
+
+class BackgroundTuner:
+    """One residency manager's background tunes: at most one per model; each records its outcome and hands
+    it to `swap` (on the event loop) to serve."""
+
+    def __init__(self, settings: EngineSettings, store: ProfileStore, tune: Tuner | None = None) -> None:
+        self.settings, self.store = settings, store
+        self._tune = tune or self._default
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stop = threading.Event()
+
+    def _default(self, reference: PackedModel, stop: threading.Event) -> Outcome:
+        return auto_tune(reference, stop, budget_s=self.settings.auto_tune_budget_s)
+
+    def running(self, model: str) -> bool:
+        return model in self._tasks
+
+    def wanted(self, card: ModelCard, loaded: object, device: str) -> bool:
+        """A first load on this device kind, of a gateable model the engine may choose a precision for."""
+        s = self.settings
+        return (
+            s.auto_tune
+            and s.precision is None
+            and isinstance(loaded, PackedModel)
+            and loaded.precision.name == "float32"
+            and card.id not in self._tasks
+            and card_precision(card, device) is None
+            and gateable(card)
+            and len(available(device)) > 1
+            and self.store.get(card.id, device_kind(device)) is None
+        )
+
+    def start(self, loaded: PackedModel, swap: Callable[[PackedModel, Outcome], None]) -> None:
+        model = loaded.card.id
+        self._tasks[model] = asyncio.create_task(self._run(loaded, swap), name=f"shoal-tune-{model}")
+
+    async def _run(self, loaded: PackedModel, swap: Callable[[PackedModel, Outcome], None]) -> None:
+        model = loaded.card.id
+        try:
+            outcome = await asyncio.to_thread(self._tune, loaded, self._stop)
+            if outcome.complete:
+                self.store.put(model, device_kind(loaded.device), outcome.profile, outcome.report)
+                if outcome.model is not loaded:
+                    swap(loaded, outcome)
+        except InvalidInput as exc:
+            log.info("no auto-tune for %s: %s", model, exc.message)
+        except Exception:  # noqa: BLE001 - a failed tune leaves float32 serving; it never stops the worker
+            log.exception("auto-tune of %s failed; float32 keeps serving", model)
+        finally:
+            self._tasks.pop(model, None)
+
+    async def wait(self, model: str) -> None:
+        """Until the model's background tune (if any) has finished."""
+        task = self._tasks.get(model)
+        if task is not None:
+            await asyncio.shield(task)
+
+    async def aclose(self) -> None:
+        self._stop.set()
+        for task in list(self._tasks.values()):
+            await asyncio.gather(task, return_exceptions=True)
+
+    def tuned(self, card: ModelCard, device: str) -> ModelCard:
+        """The card with the profile recorded for this device kind applied (as it is, when none is)."""
+        profile = self.store.get(card.id, device_kind(device))
+        return apply_profile(card, profile, device) if profile is not None else card
+
+    def state(self, card: ModelCard, device: str, entry: Entry | None) -> dict[str, Any]:
+        """What /v1/models shows of the precision: the one in use (None: not loaded), why, whether a tune runs."""
+        in_use = entry.loaded.precision.name if entry is not None else None
+        return {"precision": in_use, "reason": self.reason(card, device), "tuning": self.running(card.id)}
+
+    def reason(self, card: ModelCard, device: str) -> str:
+        """Why the model serves (or will serve) the precision it does on this device."""
+        s = self.settings
+        if s.precision is not None:
+            return f"pinned by the engine setting precision={s.precision} (SHOAL_PRECISION)"
+        if self.running(card.id):
+            return "tuning: float32 serves while the quality gate runs each precision this device offers"
+        report = self.store.report(card.id, device_kind(device))
+        if report is not None:
+            return str(report.get("reason") or "tuned by `shoal tune` on this device kind")
+        asked = card_precision(card, device)
+        if asked is not None:
+            return f"the model card asks for {asked}"
+        if not s.auto_tune:
+            return "auto-tune off (SHOAL_AUTO_TUNE=0): float32 until `shoal tune`"
+        if not gateable(card):
+            return "float32: the quality gate has no measure for this model's outputs"
+        if len(available(device)) == 1:
+            return "float32 is the only precision this device runs fast"
+        return "float32 until the first load gates each precision this device offers"
