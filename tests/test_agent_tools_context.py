@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import numpy as np
+import pytest
 
 import agent_tools
 from tests.agent_tools_support import DOCUMENTS, QUESTIONS, read_jsonl
@@ -25,6 +26,7 @@ def run(engine: Any, **arguments: Any) -> dict[str, Any]:
     return agent_tools.filter_context(client=engine, **arguments)
 
 
+@pytest.mark.slow
 def test_answer_passage_kept_while_tokens_drop(engine: Any) -> None:
     data = triples()
     assert len(data) >= 50

@@ -69,6 +69,7 @@ def test_extract_entities_as_a_python_function(gliner_dirs: dict[str, Path], eng
     assert [x["entities"] for x in r["results"]] == sdk_entities(engine, model, items)
 
 
+@pytest.mark.slow
 def test_extract_entities_over_mcp(gliner_dirs: dict[str, Path], engine: Any) -> None:
     from mcp import Client, StdioServerParameters
 

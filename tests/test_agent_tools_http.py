@@ -106,6 +106,7 @@ def test_every_schema_is_valid_json_schema_and_matches_validation(client: TestCl
             assert detail["code"] == "INVALID_INPUT" and detail["message"].startswith(f"{fn['name']}: ")
 
 
+@pytest.mark.slow
 def test_calls_over_http(client: TestClient) -> None:
     r = client.post("/v1/tools/classify_taxonomy", json=GOOD["classify_taxonomy"]).json()
     assert r["results"][0]["label"] == "Electronics > Audio > Headphones"
@@ -197,6 +198,7 @@ class ScriptedChat:
         return {"role": "assistant", "content": None, "tool_calls": [tool_call]}
 
 
+@pytest.mark.slow
 def test_agent_loop_example_with_openai_tool_schemas(tmp_path: Path) -> None:
     import sys
 

@@ -86,6 +86,7 @@ def test_taxonomy_files(tmp_path: Path) -> None:
         agent_tools.ToolContext(None, ToolSettings(taxonomies={"products": PRODUCTS})).taxonomy("nope")
 
 
+@pytest.mark.slow
 def test_a_50000_leaf_taxonomy_stays_fast(engine: Any, tiny_bert: Path, tmp_path: Path) -> None:
     tree = generated_tree(50, 50, 20)
     path = tmp_path / "big.json"

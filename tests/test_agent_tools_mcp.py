@@ -48,6 +48,7 @@ async def exercise(client: Any) -> None:
         await client.call_tool("nope", {})
 
 
+@pytest.mark.slow
 def test_mcp_over_stdio() -> None:
     from mcp import Client, StdioServerParameters
 
@@ -59,6 +60,7 @@ def test_mcp_over_stdio() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_mcp_over_streamable_http() -> None:
     from mcp import Client
 

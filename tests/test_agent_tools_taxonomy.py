@@ -33,6 +33,7 @@ def flat_nearest_leaf(engine: Any, texts: list[str]) -> list[str]:
     return [tx.labels[leaves[k]] for k in np.argmax(queries @ nodes.T, axis=1)]
 
 
+@pytest.mark.slow
 def test_beam_search_beats_flat_nearest_leaf(engine: Any) -> None:
     data = read_jsonl(LABELLED)
     tx = agent_tools.load_taxonomy(PRODUCTS)

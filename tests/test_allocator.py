@@ -42,6 +42,7 @@ def after_idle(idle_s: str) -> dict[str, int]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_an_idle_worker_returns_freed_memory_to_the_os() -> None:
     kept, released = after_idle("0"), after_idle("0.5")
     kept_mib, released_mib = ((r["busy"] - r["idle"]) / 2**20 for r in (kept, released))

@@ -26,6 +26,7 @@ def assert_healthy(server: LiveServer) -> None:
     assert r.status_code == 200, r.text
 
 
+@pytest.mark.slow
 def test_msgpack_round_trip_matches_engine(server: LiveServer, engine: object) -> None:
     r = post_mp(server, {"items": [{"id": f"i{k}", "text": t} for k, t in enumerate(TEXTS)]})
     assert r.status_code == 200, r.text
@@ -46,6 +47,7 @@ def test_msgpack_round_trip_matches_engine(server: LiveServer, engine: object) -
     assert set(vec) == {b"nd", b"type", b"kind", b"shape", b"data"} and vec[b"type"] == "<f4"
 
 
+@pytest.mark.slow
 def test_json_round_trip(server: LiveServer, engine: object) -> None:
     r = httpx.post(f"{server.url}/v1/encode/{MINILM}", json={"items": [{"text": TEXTS[0]}]}, timeout=60)
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
@@ -231,6 +233,7 @@ def test_truncation_on_by_default_for_the_card(server: LiveServer) -> None:
     assert r.status_code == 200
 
 
+@pytest.mark.slow
 def test_models_health_and_metrics(server: LiveServer) -> None:
     models = httpx.get(f"{server.url}/v1/models").json()["models"]
     card = next(m for m in models if m["name"] == MINILM)
@@ -254,6 +257,7 @@ def test_models_health_and_metrics(server: LiveServer) -> None:
     assert "no/such-model" not in metrics
 
 
+@pytest.mark.slow
 def test_api_key_required_when_configured() -> None:
     srv = LiveServer(env={"SHOAL_API_KEY": "s3cret"}).wait_ready()
     try:

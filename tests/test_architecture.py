@@ -204,6 +204,7 @@ def test_module_is_small_and_says_its_job(module: str) -> None:
     assert lines <= MAX_LINES or module in LONG_MODULES, f"{module} has {lines} lines (over {MAX_LINES})"
 
 
+@pytest.mark.slow
 def test_import_shoal_stays_light() -> None:
     """The SDK re-exports resolve on use: importing shoal (or its HTTP client) loads no torch."""
     code = "import sys, shoal; shoal.Client; shoal.AsyncClient; shoal.EngineSettings; shoal.ShoalError\n"

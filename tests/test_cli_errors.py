@@ -28,6 +28,7 @@ def test_encode_with_unreachable_url_is_exit_2(tmp_path: Path, dead_url: str) ->
     assert dead_url in lines[0] and "shoal serve" in lines[1]
 
 
+@pytest.mark.slow
 def test_ingest_with_unreachable_url_is_exit_2(tmp_path: Path, dead_url: str) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A\n\nSome text.\n")
@@ -35,6 +36,7 @@ def test_ingest_with_unreachable_url_is_exit_2(tmp_path: Path, dead_url: str) ->
     assert_short_error(r, "UNREACHABLE", 2)
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path: Path, dead_url: str) -> None:
     r = shoal("encode", "hello", "--url", dead_url, "--debug", cwd=tmp_path)
     assert r.returncode != 0 and "Traceback" in r.stderr and "Unreachable" in r.stderr
@@ -42,6 +44,7 @@ def test_debug_shows_the_traceback(tmp_path: Path, dead_url: str) -> None:
     assert "Traceback" in r.stderr
 
 
+@pytest.mark.slow
 def test_usage_errors_exit_1(tmp_path: Path) -> None:
     r = shoal("search", cwd=tmp_path)  # missing QUERY
     assert r.returncode == 1 and "Missing argument" in r.stderr and "Traceback" not in r.stderr
@@ -51,11 +54,13 @@ def test_usage_errors_exit_1(tmp_path: Path) -> None:
     assert r.returncode == 1 and "--collection" in r.stderr
 
 
+@pytest.mark.slow
 def test_unknown_model_is_one_line(tmp_path: Path) -> None:
     r = shoal("encode", "x", "--model", "nobody/nothing", cwd=tmp_path)
     assert_short_error(r, "MODEL_NOT_FOUND", 1)
 
 
+@pytest.mark.slow
 def test_serve_preload_without_weights_is_short(tmp_path: Path) -> None:
     r = shoal("serve", "--port", str(free_port()), "--preload", "naver/splade-v3", cwd=tmp_path)
     lines = assert_short_error(r, "MODEL_UNAVAILABLE", 1)
@@ -69,6 +74,7 @@ with shoal.Engine() as engine:
 """
 
 
+@pytest.mark.slow
 def test_sdk_model_without_weights_is_a_short_error(tmp_path: Path) -> None:
     """An uncaught error in a script: the caller's frames and a one-line message, not the engine's insides."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
@@ -111,6 +117,7 @@ def test_read_only_commands_create_no_store(tmp_path: Path, args: list[str]) -> 
     assert list(tmp_path.iterdir()) == [], "nothing was created"
 
 
+@pytest.mark.slow
 def test_search_in_a_store_with_no_manifest_creates_none(tmp_path: Path) -> None:
     (tmp_path / "shoal-data").mkdir()
     r = shoal("search", "anything", cwd=tmp_path)
@@ -134,6 +141,7 @@ def test_version_and_bad_config(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["binary", "ubinary"])
+@pytest.mark.slow
 def test_encode_binary_reports_the_model_dimension(tmp_path: Path, dtype: str) -> None:
     r = shoal("encode", "one text", "--dtype", dtype, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -151,6 +159,7 @@ def test_encode_offers_exactly_the_engine_dtypes() -> None:
     assert get_args(Dtype) == OUTPUT_DTYPES
 
 
+@pytest.mark.slow
 def test_status_of_a_server(tmp_path: Path, server: object, dead_url: str) -> None:
     url = server.url  # type: ignore[attr-defined]
     r = shoal("status", "--url", url, cwd=tmp_path)
@@ -171,6 +180,7 @@ def test_status_of_a_server(tmp_path: Path, server: object, dead_url: str) -> No
     ],
     ids=["bad-setting", "empty-key", "missing-keys-file"],
 )
+@pytest.mark.slow
 def test_serve_refuses_a_bad_configuration_in_one_line(
     tmp_path: Path, args: list[str], env: dict[str, str], code: str, says: str
 ) -> None:

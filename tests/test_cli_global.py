@@ -62,6 +62,7 @@ def test_group_help_lists_the_global_options_and_every_command(tmp_path: Path, a
 
 
 @pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.slow
 def test_every_command_answers_both_help_flags(tmp_path: Path, command: str) -> None:
     long, short = shoal(command, "--help", cwd=tmp_path), shoal(command, "-h", cwd=tmp_path)
     assert long.returncode == 0 and long.stdout.startswith("Usage: "), long.stderr
@@ -110,6 +111,7 @@ def dead_url() -> str:
     ],
     ids=["before-command", "among-options", "environment"],
 )
+@pytest.mark.slow
 def test_debug_anywhere_shows_the_traceback(tmp_path: Path, dead_url: str, args: list[str], env: dict) -> None:
     r = shoal(*[dead_url if a == "URL" else a for a in args], cwd=tmp_path, env=env)
     assert r.returncode == 1 and "Traceback (most recent call last)" in r.stderr, r.stderr[-2000:]
@@ -117,11 +119,13 @@ def test_debug_anywhere_shows_the_traceback(tmp_path: Path, dead_url: str, args:
 
 
 @pytest.mark.parametrize("value", ["0", "false", ""])
+@pytest.mark.slow
 def test_debug_off_values_keep_the_short_error(tmp_path: Path, dead_url: str, value: str) -> None:
     r = shoal("encode", "hello", "--url", dead_url, cwd=tmp_path, env={"SHOAL_DEBUG": value})
     assert_short_error(r, "UNREACHABLE", 2)
 
 
+@pytest.mark.slow
 def test_debug_after_double_dash_is_text(tmp_path: Path, dead_url: str) -> None:
     """After `--`, `--debug` is an argument like any other (here a text to encode), not the flag."""
     r = shoal("encode", "--url", dead_url, "--", "--debug", cwd=tmp_path)

@@ -79,6 +79,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_sie_sdk(live: tuple[LiveServer, Path], st: Any, ranked: tuple[list[int], list[float]]) -> None:
     args = [live[0].url, MINILM, RERANKER, json.dumps(TEXTS), QUERY, json.dumps(DOCS)]
     got = run_client("sie", SIE, *args)
@@ -136,6 +137,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_sie_integrations(live: tuple[LiveServer, Path], st: Any, ranked: tuple[list[int], list[float]]) -> None:
     args = [live[0].url, MINILM, RERANKER, json.dumps(TEXTS), QUERY, json.dumps(DOCS)]
     got = run_client("sie", SIE_INTEGRATIONS, *args)
@@ -171,6 +173,7 @@ print(json.dumps(out, default=lambda o: None))
 """
 
 
+@pytest.mark.slow
 def test_cohere_v2(live: tuple[LiveServer, Path], st: Any, ranked: tuple[list[int], list[float]]) -> None:
     args = [live[0].url, MINILM, RERANKER, json.dumps(TEXTS), QUERY, json.dumps(DOCS)]
     got = run_client(
@@ -205,6 +208,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_huggingface_hub_inference_client(live: tuple[LiveServer, Path], st: Any) -> None:
     # the client talks only to this loopback server, so the hub's offline switch is off for it
     got = run_client("huggingface-hub", HF, live[0].url, json.dumps(TEXTS), env={"HF_HUB_OFFLINE": "0"})

@@ -53,6 +53,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.compat
+@pytest.mark.slow
 def test_sie_sdk_extract_gets_the_engines_entities(live: LiveServer) -> None:
     items = texts(4, seed=9)
     got = run_client("sie", SIE_EXTRACT, live.url, GLINER_ID, json.dumps(items), json.dumps(LABELS))

@@ -77,6 +77,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_openai(live: tuple[LiveServer, Path], st: Any) -> None:
     import tiktoken
 
@@ -135,6 +136,7 @@ def tiktoken_cache() -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_langchain_openai_defaults(live: tuple[LiveServer, Path], st: Any) -> None:
     env = {"TIKTOKEN_CACHE_DIR": str(tiktoken_cache())}
     got = run_client("langchain-openai", LANGCHAIN, live[0].url, MINILM, json.dumps(TEXTS), env=env)
@@ -166,6 +168,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_litellm(live: tuple[LiveServer, Path], st: Any) -> None:
     server, ce = live
     args = [server.url, MINILM, RERANKER, json.dumps(TEXTS), QUERY, json.dumps(DOCS)]

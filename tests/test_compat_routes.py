@@ -41,6 +41,7 @@ def test_models_list_is_openai_and_native(srv: LiveServer) -> None:
     assert one["id"] == one["name"] == MINILM and one["object"] == "model" and one["dims"] == {"dense": 384}
 
 
+@pytest.mark.slow
 def test_token_arrays_decode_to_their_text(srv: LiveServer, engine: Any) -> None:
     import tiktoken
 
@@ -53,6 +54,7 @@ def test_token_arrays_decode_to_their_text(srv: LiveServer, engine: Any) -> None
             np.testing.assert_allclose(d["embedding"], w["dense"], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_tei_and_cohere_shapes(srv: LiveServer, engine: Any) -> None:
     texts = ["tei says hello", "cohere says hi"]
     want = np.stack([r["dense"] for r in engine.encode(MINILM, texts)])
@@ -75,6 +77,7 @@ def test_tei_and_cohere_shapes(srv: LiveServer, engine: Any) -> None:
     assert out.json()["embeddings"]["binary"] == (packed.astype(int) - 128).tolist()
 
 
+@pytest.mark.slow
 def test_rerank_routes_agree(srv: LiveServer) -> None:
     query, docs = "where is paris", ["paris is in france", "a dog barks", "london is in england"]
     tei = post(srv, "/rerank", {"query": query, "texts": docs, "return_text": True}).json()

@@ -94,7 +94,14 @@ def test_cpu_and_cuda_images_differ_only_where_they_must():
 def test_dockerignore_sends_only_what_the_image_installs(dockerfile):
     ignore = Path(f"{dockerfile}.dockerignore").read_text().split()
     assert ignore[ignore.index("*")] == "*"
-    for src in ("pyproject.toml", "constraints.txt", "scripts/install.sh", "engine/", "shoal/", "deploy/docker/healthcheck.py"):
+    for src in (
+        "pyproject.toml",
+        "constraints.txt",
+        "scripts/install.sh",
+        "engine/",
+        "shoal/",
+        "deploy/docker/healthcheck.py",
+    ):
         assert f"!{src}" in ignore
 
 
@@ -168,6 +175,7 @@ def test_healthcheck_picks_the_url_from_the_command_line():
         hc.health_url(["shoal", "worker", "--queue", "nats://n:4222"], {})
 
 
+@pytest.mark.slow
 def test_healthcheck_script_against_a_live_gateway():
     server = LiveServer().wait_ready()
     try:

@@ -46,6 +46,7 @@ def source(folder: Path) -> str:
 
 
 @pytest.mark.parametrize("folder", [MODULE, EXAMPLE], ids=["module", "gke-example"])
+@pytest.mark.slow
 def test_every_variable_used_is_declared_and_every_provider_required(folder):
     blocks = parse(folder)
     declared = {name for v in blocks.get("variable", []) for name in v}

@@ -80,6 +80,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_real_runs_exit_as_documented(tmp_path: Path) -> None:
     missing = run_cli("search", "x", "--db", f"lancedb://{tmp_path / 'nothing'}")
     assert missing.returncode == USAGE, missing.stderr

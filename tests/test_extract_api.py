@@ -51,6 +51,7 @@ def body(items: list[Any], labels: Any = LABELS, **options: Any) -> dict[str, An
     return {"items": [{"text": t} if isinstance(t, str) else t for t in items], "params": params}
 
 
+@pytest.mark.slow
 def test_entities_over_msgpack_and_json(live: LiveServer) -> None:
     items = [{"id": "a", "text": t} for t in texts(3, seed=5)] + [{"text": "the cat from paris"}]
     r = post(live, GLINER_ID, body(items))
@@ -72,6 +73,7 @@ def test_entities_over_msgpack_and_json(live: LiveServer) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_classes_from_an_embedding_model(live: LiveServer) -> None:
     r = post(live, MINILM, body(["the striker scored a late winner", "simmer the sauce"], ["sports", "cooking"]))
     assert r.status_code == 200, r.text
@@ -192,6 +194,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_cli_extract_in_process_and_over_http(live: LiveServer, gliner_dirs: dict[str, Path]) -> None:
     items = texts(2, seed=8)
     local = run_cli(*items, "--model", str(gliner_dirs["span"]), "--labels", ",".join(LABELS))
@@ -207,6 +210,7 @@ def test_cli_extract_in_process_and_over_http(live: LiveServer, gliner_dirs: dic
     assert json.loads(classes.stdout)["classifications"][0]["label"] == "sports"
 
 
+@pytest.mark.slow
 def test_cli_extract_errors_are_short_and_exit_1(live: LiveServer) -> None:
     for args, code in [
         (["x", "-m", "nobody/nothing", "--labels", "a"], "MODEL_NOT_FOUND"),

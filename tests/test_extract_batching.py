@@ -36,6 +36,7 @@ def settings_for(queue: str, request: pytest.FixtureRequest, **kw: object) -> En
 
 
 @pytest.mark.parametrize("queue", ["inprocess", pytest.param("nats", marks=pytest.mark.nats)])
+@pytest.mark.slow
 async def test_50_concurrent_requests_share_forward_calls(
     queue: str, gliner_dirs: dict[str, Path], request: pytest.FixtureRequest
 ) -> None:

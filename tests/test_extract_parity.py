@@ -44,6 +44,7 @@ def same(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.slow
 def test_short_texts_match_predict_entities(variant: str, gliner_dirs: dict[str, Path]) -> None:
     """Many short texts in shared batches give exactly what predict_entities gives for each text alone."""
     folder = gliner_dirs[variant]
@@ -147,6 +148,7 @@ def test_malicious_pickle_is_refused(gliner_dirs: dict[str, Path], tmp_path: Pat
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_gliner_is_imported_only_when_a_gliner_model_loads(gliner_dirs: dict[str, Path]) -> None:
     code = f"""
 import sys
@@ -201,6 +203,7 @@ def test_the_gliner_release_is_the_one_the_extra_and_constraints_name() -> None:
     assert version("transformers") == pins["transformers"]
 
 
+@pytest.mark.slow
 def test_a_missing_gliner_package_is_a_clear_load_failure(gliner_dirs: dict[str, Path]) -> None:
     code = f"""
 import sys

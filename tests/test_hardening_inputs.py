@@ -102,6 +102,7 @@ GRID = [
 
 
 @pytest.mark.parametrize(("route", "case"), GRID)
+@pytest.mark.slow
 def test_bad_input_gets_a_4xx_in_the_route_shape(server: LiveServer, route: Route, case: Case) -> None:
     headers = {"Content-Type": case.ctype} if case.ctype else {}
     r = send(server, route, case.call, raw=case.raw, headers=headers)

@@ -57,6 +57,7 @@ def outside(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.mark.slow
 def test_2000_nested_folders_are_walked_and_read(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()

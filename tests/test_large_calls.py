@@ -58,6 +58,7 @@ def check_in_order(model: str, got: list[dict[str, Any]], all_texts: list[str], 
         np.testing.assert_allclose(got[i]["dense"], w["dense"], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_engine_encodes_any_number_in_order_with_bounded_memory(tiny: str, reference: Any) -> None:
     import shoal
 
@@ -103,6 +104,7 @@ def test_engine_score_over_the_chunk_size_ranks_everything(tmp_path: Path) -> No
     np.testing.assert_allclose([s["score"] for s in got["scores"]], [s["score"] for s in want["scores"]], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_client_splits_above_the_server_cap(tiny: str, reference: Any) -> None:
     import shoal
 

@@ -67,6 +67,7 @@ def test_packed_batch_matches_the_per_token_definition() -> None:
     assert empty.num_tokens == 0 and empty.cu_seqlens.tolist() == [0] and empty.max_seqlen == 0
 
 
+@pytest.mark.slow
 def test_engine_sizes_every_thread_pool_to_its_budget() -> None:
     """In a fresh process (torch's inter-op pool can be sized only before its first use)."""
     code = (

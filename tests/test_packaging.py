@@ -32,6 +32,7 @@ def test_extras_cover_every_store_and_gliner() -> None:
     assert "torch==" in pins
 
 
+@pytest.mark.slow
 def test_every_extra_resolves_with_plain_pip(tmp_path: Path) -> None:
     """pip's resolver (a dry run, nothing installed) finds one set of versions for the package and all extras,
     with no constraints file: what `pip install 'shoal[all]'` does for a user."""
@@ -41,7 +42,10 @@ def test_every_extra_resolves_with_plain_pip(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=900, check=False, env={**os.environ, "PIP_CONSTRAINT": ""},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    picked = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads((tmp_path / "r.json").read_text())["install"]}
+    picked = {
+        i["metadata"]["name"].lower(): i["metadata"]["version"]
+        for i in json.loads((tmp_path / "r.json").read_text())["install"]
+    }
     assert {"gliner", "qdrant-client", "chromadb", "weaviate-client", "torch", "transformers"} <= set(picked)
 
 

@@ -51,6 +51,7 @@ def test_gate_set_is_whole() -> None:
     assert sorted({i for r in data.relevant for i in r}) == list(range(64))  # every passage is asked for twice
 
 
+@pytest.mark.slow
 def test_gate_fails_a_profile_with_one_layer_zeroed(minilm: PackedModel) -> None:
     broken = minilm.variant("float32")
     with torch.no_grad():
@@ -62,6 +63,7 @@ def test_gate_fails_a_profile_with_one_layer_zeroed(minilm: PackedModel) -> None
     assert same.passed and same.mean_cosine > 0.99999 and same.ndcg_drop == 0
 
 
+@pytest.mark.slow
 def test_gate_catches_a_ranking_loss_the_cosine_misses(minilm: PackedModel) -> None:
     """A profile that wrecks a few inputs (as a half-precision overflow would) and is exact on the rest: a mean
     cosine alone would let it through at 0.99, but the worst text's cosine fails it, and those queries no longer

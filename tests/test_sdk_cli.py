@@ -56,6 +56,7 @@ def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
     return subprocess.run(cmd, capture_output=True, text=True, input=stdin, cwd=REPO, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_cli_encode_in_process_and_over_http(server: LiveServer, engine: shoal.Engine) -> None:
     local = run_cli("encode", "hello there", "--dimensions", "32")
     assert local.returncode == 0, local.stderr

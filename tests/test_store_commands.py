@@ -51,6 +51,7 @@ def store(built: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
     return docs, tmp_path / "db"
 
 
+@pytest.mark.slow
 def test_collections_and_sources(built: tuple[Path, Path], tmp_path: Path) -> None:
     docs, db = built
     r = shoal("collections", "--db", str(db), "--json", cwd=tmp_path)
@@ -69,6 +70,7 @@ def test_collections_and_sources(built: tuple[Path, Path], tmp_path: Path) -> No
     assert "chunks" in shoal("collections", "--db", str(db), cwd=tmp_path).stdout
 
 
+@pytest.mark.slow
 def test_delete_a_source_asks_first(store: tuple[Path, Path], tmp_path: Path) -> None:
     _, db = store
     r = shoal("delete", "--source", "pump.md", "--db", str(db), cwd=tmp_path, stdin="n\n")
@@ -84,6 +86,7 @@ def test_delete_a_source_asks_first(store: tuple[Path, Path], tmp_path: Path) ->
     assert_short_error(r, "NOT_FOUND", 1)
 
 
+@pytest.mark.slow
 def test_delete_a_collection(store: tuple[Path, Path], tmp_path: Path) -> None:
     _, db = store
     r = shoal("delete", "--collection", "chunks", "--db", str(db), "--yes", cwd=tmp_path)
@@ -93,6 +96,7 @@ def test_delete_a_collection(store: tuple[Path, Path], tmp_path: Path) -> None:
     assert_short_error(r, "NOTHING_RECORDED", 1)
 
 
+@pytest.mark.slow
 def test_forget_a_folder(store: tuple[Path, Path], tmp_path: Path) -> None:
     docs, db = store
     r = shoal("forget", str(tmp_path / "elsewhere"), "--db", str(db), "--yes", cwd=tmp_path)
@@ -104,6 +108,7 @@ def test_forget_a_folder(store: tuple[Path, Path], tmp_path: Path) -> None:
     assert_short_error(shoal("reindex", "--db", str(db), cwd=tmp_path), "NOTHING_RECORDED", 1)
 
 
+@pytest.mark.slow
 def test_forget_a_folder_that_is_gone_removes_its_chunks(store: tuple[Path, Path], tmp_path: Path) -> None:
     docs, db = store
     moved = tmp_path / "moved"
@@ -113,6 +118,7 @@ def test_forget_a_folder_that_is_gone_removes_its_chunks(store: tuple[Path, Path
     assert open_store(str(db)).count("chunks") == 0
 
 
+@pytest.mark.slow
 def test_search_errors_against_a_store(built: tuple[Path, Path], tmp_path: Path) -> None:
     _, db = built
     dead = f"http://127.0.0.1:{free_port()}"

@@ -202,6 +202,7 @@ def test_and_or_objects_are_accepted(loaded) -> None:
     assert store.ids_where(name, flt) == {r["id"] for r in rows if matches(flt, r)} == {"chunk-0005", "chunk-0015", "chunk-0025", "chunk-0035", "chunk-0045", "chunk-0055", "chunk-0065", "chunk-0075", "chunk-0085", "chunk-0095", "chunk-0999"}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_unknown_scheme_and_unreachable_servers_fail_fast(tmp_path: Path) -> None:
     from tests.helpers import free_port
 
