@@ -56,7 +56,11 @@ class EngineSettings(BaseSettings):
     # the HTTP server (engine/http/server.py, connections.py)
     head_timeout_s: float = Field(default=10.0, description="a request's line and headers must arrive within this")
     body_timeout_s: float = Field(default=60.0, description="a request's body must arrive within this (408 after)")
-    keep_alive_s: float = Field(default=5.0, description="an idle keep-alive connection is closed after this")
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, description="a request head over this is 431")
+    keep_alive_s: float = Field(
+        default=120.0,
+        description="an idle keep-alive connection is closed after this (longer than client pools keep one)",
+    )
     max_connections: int = Field(
         default=1024, description="open connections; past it the longest-idle one is closed (capped by ulimit -n)"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -37,9 +38,13 @@ def create_app(engine: AsyncEngine) -> FastAPI:
     error_bodies = {path: f.error_body for f in FAMILIES for path in f.error_paths}
     scrub = scrubber(settings)
 
-    def error_for(path: str, err: ShoalError) -> JSONResponse:
+    def error_body(path: str, err: ShoalError) -> dict[str, Any]:
         """An error in its route family's shape, with no server paths when local folders are off."""
-        return error_response(err, scrub_body(error_bodies.get(path, native_error)(err), scrub))
+        body: dict[str, Any] = scrub_body(error_bodies.get(path, native_error)(err), scrub)
+        return body
+
+    def error_for(path: str, err: ShoalError) -> JSONResponse:
+        return error_response(err, error_body(path, err))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -50,6 +55,7 @@ def create_app(engine: AsyncEngine) -> FastAPI:
     # /docs and /redoc come from engine.http.docs (assets from a package, not a CDN)
     app = FastAPI(title="shoal", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine = engine
+    app.state.error_body = error_body  # the connection layer answers protocol errors in the same shapes
     app.add_middleware(
         Edge,
         settings=settings,

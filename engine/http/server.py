@@ -8,7 +8,7 @@ import logging
 from fastapi import FastAPI
 
 from engine.config import EngineSettings
-from engine.http.connections import protocol_class
+from engine.http.connections import native_body, protocol_class
 
 log = logging.getLogger("shoal.http")
 SPARE_FDS = 128  # descriptors kept for model files, sockets to NATS, logs
@@ -55,7 +55,7 @@ def serve_app(app: FastAPI, settings: EngineSettings, log_level: str = "info") -
         host=settings.host,
         port=settings.port,
         log_level=log_level,
-        http=protocol_class(settings, connection_cap(settings)),
+        http=protocol_class(settings, connection_cap(settings), getattr(app.state, "error_body", native_body)),
         timeout_keep_alive=max(1, round(settings.keep_alive_s)),
     )
     uvicorn.Server(config).run()
