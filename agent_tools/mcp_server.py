@@ -54,9 +54,9 @@ def build_server(ctx: ToolContext) -> Any:
             raise MCPError(code=types.INVALID_PARAMS, message=e.message) from None
         except ShoalError as e:
             return failure(e)
-        except Exception as e:  # noqa: BLE001 - reported to the caller; the server keeps serving
+        except Exception:  # noqa: BLE001 - reported to the caller; the server keeps serving
             log.exception("tool %s failed", params.name)
-            return failure(ShoalError(f"{params.name}: {type(e).__name__}: {e}"))
+            return failure(ShoalError(f"{params.name} failed on the server; its log has the details"))
         return types.CallToolResult(content=[types.TextContent(text=json.dumps(result))], structured_content=result)
 
     from agent_tools import __version__

@@ -21,14 +21,51 @@ from engine.errors import ShoalError
 from engine.http import cohere, console, docs, native, openai, rerank, status, tei
 from engine.http.auth import auth_from
 from engine.http.edge import Edge
+from engine.http.openai import openai_error
 from engine.http.redact import scrub_body, scrubber
-from engine.http.replies import RouteFamily, error_response, native_error
+from engine.http.replies import ErrorBody, RouteFamily, error_response, native_error
 from engine.metrics import QUEUE_DEPTH
 from engine.runtime import AsyncEngine
 
 FAMILIES: tuple[RouteFamily, ...] = (
     native.FAMILY, openai.FAMILY, rerank.FAMILY, cohere.FAMILY, tei.FAMILY, status.FAMILY, console.FAMILY,
 )  # fmt: skip
+
+
+class NotFound(ShoalError):
+    code, status = "NOT_FOUND", 404
+
+
+class MethodNotAllowed(ShoalError):
+    code, status = "METHOD_NOT_ALLOWED", 405
+
+
+def routing_error(method: str, path: str, status: int, detail: str) -> ShoalError:
+    """Starlette's routing failure as a typed error."""
+    if status == 404:
+        return NotFound(f"{method} {path}: no such route")
+    if status == 405:
+        return MethodNotAllowed(f"{method} {path}: the route does not take {method}")
+    err = ShoalError(f"{method} {path}: {detail}")
+    err.status, err.code = status, "HTTP_ERROR"
+    return err
+
+
+def both_shapes(err: ShoalError) -> dict[str, Any]:
+    """Native and OpenAI error bodies at once, for routes both sie-sdk and the openai client read."""
+    return {**native_error(err), **openai_error(err)}
+
+
+def family_error(exact: dict[str, ErrorBody], path: str) -> ErrorBody:
+    """The error body of a path's route family: exact paths first, then the families of whole prefixes."""
+    found = exact.get(path)
+    if found is not None:
+        return found
+    if path.startswith("/v1/models/"):  # GET /v1/models/{id}: sie-sdk and openai's models.retrieve
+        return both_shapes
+    if path.startswith("/infinity/"):
+        return openai_error
+    return native_error
 
 
 def create_app(engine: AsyncEngine) -> FastAPI:
@@ -40,7 +77,7 @@ def create_app(engine: AsyncEngine) -> FastAPI:
 
     def error_body(path: str, err: ShoalError) -> dict[str, Any]:
         """An error in its route family's shape, with no server paths when local folders are off."""
-        body: dict[str, Any] = scrub_body(error_bodies.get(path, native_error)(err), scrub)
+        body: dict[str, Any] = scrub_body(family_error(error_bodies, path)(err), scrub)
         return body
 
     def error_for(path: str, err: ShoalError) -> JSONResponse:
@@ -77,10 +114,13 @@ def create_app(engine: AsyncEngine) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
-        """Unknown routes and methods get the same error shape as everything else."""
-        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(err.status_code, "HTTP_ERROR")
-        message = f"{request.method} {request.url.path}: {err.detail}"
-        return JSONResponse({"detail": {"code": code, "message": message}}, status_code=err.status_code)
+        """Unknown routes and methods get their path's family error shape, like everything else."""
+        path = request.url.path
+        shoal_err = routing_error(request.method, path, err.status_code, str(err.detail))
+        response = error_for(path, shoal_err)
+        for name, value in (err.headers or {}).items():  # Allow on a 405
+            response.headers[name] = value
+        return response
 
     @app.exception_handler(ShoalError)
     async def _shoal_error(request: Request, err: ShoalError) -> JSONResponse:
