@@ -92,6 +92,7 @@ def create_app(engine: AsyncEngine) -> FastAPI:
     # /docs and /redoc come from engine.http.docs (assets from a package, not a CDN)
     app = FastAPI(title="shoal", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine = engine
+    engine.control_admission()  # overload sheds network requests (503 QUEUE_FULL) at once
     app.state.error_body = error_body  # the connection layer answers protocol errors in the same shapes
     app.add_middleware(
         Edge,
