@@ -51,17 +51,21 @@ def test_the_bound_follows_the_measured_rate() -> None:
 
 
 def test_the_sdk_engine_is_not_admission_controlled() -> None:
+    from engine.config import EngineSettings
     from engine.runtime import AsyncEngine
 
-    engine = AsyncEngine()
-    assert engine.admission is None
+    engine = AsyncEngine(EngineSettings(admission_wait_s=0.5))
+    assert engine.admission is None  # until the HTTP app asks for it
     engine.control_admission()
     assert engine.admission is not None
+    off = AsyncEngine()
+    off.control_admission()
+    assert off.admission is None  # off by default
 
 
 @pytest.fixture(scope="module")
 def tight() -> Iterator[LiveServer]:
-    env = {"SHOAL_ADMISSION_MIN_IN_FLIGHT": "2", "SHOAL_ADMISSION_MAX_IN_FLIGHT": "2"}
+    env = {"SHOAL_ADMISSION_WAIT_S": "0.5", "SHOAL_ADMISSION_MIN_IN_FLIGHT": "2", "SHOAL_ADMISSION_MAX_IN_FLIGHT": "2"}
     srv = LiveServer(env=env).wait_ready()
     yield srv
     srv.stop()
