@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class FilterOptions(BaseModel):
     """How much to keep."""
 
-    threshold: float | None = Field(None, description="lowest score a passage may have to be kept")
+    threshold: float | None = Field(None, allow_inf_nan=False, description="lowest score a passage may have to be kept")
     margin: float | None = Field(
         0.1, ge=0, description="keep passages scoring within this of the best one; null keeps all above threshold"
     )

@@ -6,7 +6,6 @@ native error body `{"detail": {"code", "message"}}` whatever app the router is m
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -14,9 +13,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from agent_tools.config import ToolSettings
-from agent_tools.errors import InvalidInput, PayloadTooLarge, ShoalError
+from agent_tools.errors import PayloadTooLarge, ShoalError
 from agent_tools.registry import ToolContext
-from engine.wire import BodyLimits, check_shape
+from engine.wire import BodyLimits, check_shape, loads_json
 
 log = logging.getLogger("shoal.tools")
 TOOL_DEPTH = 64  # nesting of tool arguments (inline taxonomies nest; nothing else does)
@@ -51,9 +50,9 @@ def tools_router(client: Any, settings: ToolSettings | None = None, context: Too
             return JSONResponse(await run_tool(ctx, name, arguments))
         except ShoalError as e:
             return error_response(e)
-        except Exception as e:  # noqa: BLE001 - a typed 500; the server keeps running
+        except Exception:  # noqa: BLE001 - a typed 500; the server keeps running
             log.exception("tool %s failed", name)
-            return error_response(ShoalError(f"{name}: {type(e).__name__}: {e}"))
+            return error_response(ShoalError(f"{name} failed on the server; its log has the details"))
 
     return router
 
@@ -79,12 +78,7 @@ async def read_json(request: Request, limit: int, limits: BodyLimits | None = No
         raise PayloadTooLarge(f"body of {len(raw)} bytes is over the limit of {limit} (SHOAL_TOOLS_MAX_BODY_BYTES)")
     if not raw.strip():
         return {}
-    try:
-        body = json.loads(raw)
-    except RecursionError:
-        raise InvalidInput("the JSON body nests too deeply") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"the body is not valid JSON: {e}") from None
+    body = loads_json(raw)  # InvalidInput for bad syntax, bad UTF-8, 4,300-digit integers, NaN
     if limits is not None:
         check_shape(body, limits)
     return body

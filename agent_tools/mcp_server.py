@@ -1,5 +1,9 @@
 """The tools as an MCP server (official `mcp` SDK, low-level Server): stdio or streamable HTTP.
 
+Over HTTP the server is a network surface like the gateway: with API keys configured (SHOAL_API_KEY,
+SHOAL_API_KEYS_FILE, read as the gateway reads them) every request needs `Authorization: Bearer <key>`
+(else 401 before the MCP layer sees it), and `search` opens only the configured stores and collections.
+
 Tool errors (bad arguments, a missing collection, a too-large text) come back as a tool result with
 `isError: true` and the error's code and message, so the calling model can read and correct them; an
 unknown tool name is a protocol error (INVALID_PARAMS), as the MCP specification asks.
@@ -12,9 +16,12 @@ import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from agent_tools.config import ToolSettings
 from agent_tools.errors import ShoalError, ToolNotFound
 from agent_tools.registry import ToolContext
+from engine.http.auth import KeyRing, bearer, key_in_query
 
 SERVER_NAME = "shoal"
 log = logging.getLogger("shoal.tools")
@@ -47,9 +54,9 @@ def build_server(ctx: ToolContext) -> Any:
             raise MCPError(code=types.INVALID_PARAMS, message=e.message) from None
         except ShoalError as e:
             return failure(e)
-        except Exception as e:  # noqa: BLE001 - reported to the caller; the server keeps serving
+        except Exception:  # noqa: BLE001 - reported to the caller; the server keeps serving
             log.exception("tool %s failed", params.name)
-            return failure(ShoalError(f"{params.name}: {type(e).__name__}: {e}"))
+            return failure(ShoalError(f"{params.name} failed on the server; its log has the details"))
         return types.CallToolResult(content=[types.TextContent(text=json.dumps(result))], structured_content=result)
 
     from agent_tools import __version__
@@ -85,14 +92,45 @@ async def serve_stdio(settings: ToolSettings) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+def key_gate(app: ASGIApp, keys: KeyRing) -> ASGIApp:
+    """`app` behind the API keys: a request without a valid bearer key, or with a key in its URL, is 401."""
+
+    async def gate(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            token = bearer(scope["headers"])
+            refused = None
+            if key_in_query(scope.get("query_string", b"")):
+                refused = "API keys in the URL are refused (URLs end up in logs); send 'Authorization: Bearer <key>'"
+            elif token is None or keys.match(token) is None:
+                refused = "missing or wrong API key; send 'Authorization: Bearer <key>'"
+            if refused is not None:
+                body = json.dumps({"detail": {"code": "UNAUTHORIZED", "message": refused}}).encode()
+                headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+                headers.append((b"content-length", str(len(body)).encode()))
+                await send({"type": "http.response.start", "status": 401, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return gate
+
+
 async def serve_http(settings: ToolSettings, host: str, port: int, path: str = "/mcp", log_level: str = "info") -> None:
-    """Serve MCP over streamable HTTP at http://host:port{path}."""
+    """Serve MCP over streamable HTTP at http://host:port{path}, behind the API keys when configured; the
+    search tool opens only the configured stores (SHOAL_TOOLS_DB, SHOAL_TOOLS_SEARCH_DBS), as on a gateway."""
     import uvicorn
 
+    from engine.config import EngineSettings
+    from engine.http.auth import auth_from
+
+    keys = auth_from(EngineSettings()).keys  # AuthConfigError: refuse to start rather than run open
+    settings = settings.model_copy(update={"open_stores": False})
     async with AsyncExitStack() as stack:
         ctx = ToolContext(await open_client(settings, stack), settings)
-        app = build_server(ctx).streamable_http_app(
+        app: ASGIApp = build_server(ctx).streamable_http_app(
             streamable_http_path=path, host=host, max_request_body_size=settings.max_body_bytes
         )  # the tools' own limits then answer over-size texts with PAYLOAD_TOO_LARGE, as on the other transports
+        if keys is not None:
+            app = key_gate(app, keys)
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
         await uvicorn.Server(config).serve()

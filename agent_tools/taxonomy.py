@@ -51,7 +51,9 @@ class ClassifyOptions(BaseModel):
         None, gt=0, le=10, description="softmax temperature of the confidence (default 0.03, or 0.1 with a reranker)"
     )
     none_score: float | None = Field(
-        None, description="score of the 'none of these' option (default 0.3, or 0.5 with a reranker)"
+        None,
+        allow_inf_nan=False,
+        description="score of the 'none of these' option (default 0.3, or 0.5 with a reranker)",
     )
 
 

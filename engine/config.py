@@ -56,7 +56,11 @@ class EngineSettings(BaseSettings):
     # the HTTP server (engine/http/server.py, connections.py)
     head_timeout_s: float = Field(default=10.0, description="a request's line and headers must arrive within this")
     body_timeout_s: float = Field(default=60.0, description="a request's body must arrive within this (408 after)")
-    keep_alive_s: float = Field(default=5.0, description="an idle keep-alive connection is closed after this")
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, description="a request head over this is 431")
+    keep_alive_s: float = Field(
+        default=120.0,
+        description="an idle keep-alive connection is closed after this (longer than client pools keep one)",
+    )
     max_connections: int = Field(
         default=1024, description="open connections; past it the longest-idle one is closed (capped by ulimit -n)"
     )
@@ -87,6 +91,12 @@ class EngineSettings(BaseSettings):
     )
     max_batch_tokens: int | None = Field(default=None, description="override every card's token budget")
     request_timeout_s: float = Field(default=300.0, description="deadline given to each request")
+    # admission control of network requests (engine/queue/admission.py); the SDK's own calls are not shed
+    admission_wait_s: float | None = Field(
+        default=None, gt=0, description="admit as many requests per model as it answers in this; None: no limit"
+    )
+    admission_min_in_flight: int = Field(default=32, ge=1, description="requests per model always admitted")
+    admission_max_in_flight: int = Field(default=4096, ge=1, description="most requests per model in flight")
     # compatible routes (docs/compatibility.md): the models of routes whose requests name none (TEI, POST /)
     default_model: str = Field(
         default="sentence-transformers/all-MiniLM-L6-v2", description="embedder of TEI routes without 'model'"

@@ -35,6 +35,9 @@ QUEUE_REDELIVERED = Counter("shoal_queue_redeliveries_total", "Tasks pulled agai
 QUEUE_DEAD = Counter("shoal_queue_dead_letters_total", "Tasks moved to the dead-letter stream", ["model"])
 QUEUE_EXPIRED = Counter("shoal_queue_expired_total", "Tasks dropped unrun because their deadline passed", ["model"])
 QUEUE_DUPLICATES = Counter("shoal_queue_duplicate_results_total", "Results ignored because the request was answered")
+QUEUE_REPUBLISHED = Counter(
+    "shoal_queue_republished_total", "Waiting tasks the gateway published again after reconnecting to the queue"
+)
 QUEUE_HELD = Gauge("shoal_queue_held", "Tasks this worker pulled and has not settled yet")
 QUEUE_PENDING = Gauge("shoal_queue_pending", "Tasks pending in a queue stream (for autoscaling)", ["stream"])
 

@@ -26,6 +26,7 @@ from engine.model.loader import load
 from engine.model.memory import FaultInjector
 from engine.model.threads import apply_threads
 from engine.model.tokenizer import TextTokenizer, tokenizer_for
+from engine.queue.admission import Admission
 from engine.queue.local import InProcessQueue
 from engine.queue.protocol import Result, WorkQueue
 from engine.residency.autotune import Tuner
@@ -67,6 +68,7 @@ class AsyncEngine(ModelCalls):
             s.model_dir, FolderPolicy(s.local_models, tuple(s.model_roots)), max_id_chars=s.max_model_id_chars
         )
         self.queue: WorkQueue | None = queue
+        self.admission: Admission | None = None  # set by the HTTP app: network requests are admitted, SDK calls not
         self.registry = ResidencyManager(
             self.catalogue, s.device, s.offline, s, loader=loader, faults=faults, tuner=tuner
         )
@@ -138,17 +140,30 @@ class AsyncEngine(ModelCalls):
         """Validate an extract body cheaply and make it a typed task (mode, labels, thresholds resolved)."""
         return extract_task(self.card(model), parse_extract(body, self.settings.max_items), self.settings, tenant)
 
+    def control_admission(self) -> None:
+        """Bound the requests in flight per model (SHOAL_ADMISSION_WAIT_S); the HTTP app calls this, so
+        network requests are shed under overload while the SDK's own calls wait their turn."""
+        s = self.settings
+        if s.admission_wait_s is not None:
+            self.admission = Admission(s.admission_wait_s, s.admission_min_in_flight, s.admission_max_in_flight)
+
     async def submit(self, task: Task) -> Result:
         """Enqueue and wait for the worker's result, bounded by the task's deadline; adds the total time."""
         if not self.ready:
             await self.start()
         assert self.queue is not None
         QUEUE_DEPTH.set(await self.queue.depth())
+        admission = self.admission
+        if admission is not None:
+            admission.enter(task.model)  # QueueFull at once past the model's bound
         started = time.perf_counter()
         try:
             result = await asyncio.wait_for(self.queue.submit(task), max(0.0, task.deadline - time.time()))
         except TimeoutError:
             raise DeadlineExceeded(f"no result within {self.settings.request_timeout_s:.0f}s") from None
+        finally:
+            if admission is not None:
+                admission.leave(task.model)
         result.setdefault("timing", {})["total_ms"] = (time.perf_counter() - started) * 1000
         return {"model": task.model, **result}
 

@@ -118,6 +118,39 @@ def is_json(content_type: str | None) -> bool:
     return base == JSON or base.endswith("+json")
 
 
+def _not_json_constant(name: str) -> Any:
+    raise InvalidInput(f"{name} is not a JSON number; send a finite number")
+
+
+def loads_json(data: bytes | str) -> Any:
+    """JSON to Python, every failure an InvalidInput in the caller's terms: where the syntax broke, bytes that
+    are not UTF-8, integers past Python's 4,300-digit limit, and NaN or Infinity (not JSON)."""
+    try:
+        return json.loads(data, parse_constant=_not_json_constant)
+    except RecursionError:
+        raise InvalidInput("the JSON body nests too deeply") from None
+    except json.JSONDecodeError as e:
+        raise InvalidInput(f"the body is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    except UnicodeDecodeError as e:
+        raise InvalidInput(f"the body is not valid UTF-8 (byte {e.start}); JSON must be UTF-8") from None
+    except ValueError as e:  # an integer too long to convert (sys.get_int_max_str_digits)
+        if "digits" in str(e):
+            raise InvalidInput("a number in the JSON body has more than 4,300 digits") from None
+        raise InvalidInput("the body is not valid JSON") from None
+
+
+def _msgpack_reason(e: Exception) -> str:
+    """Why a msgpack body could not be read, without the decoder's exception names."""
+    if isinstance(e, msgpack.ExtraData):
+        return "it has bytes after its end"
+    if isinstance(e, UnicodeDecodeError):
+        return f"a string in it is not valid UTF-8 (byte {e.start} of that string)"
+    if isinstance(e, TypeError):
+        return "a map key in it is a list or map"
+    text = str(e).strip()
+    return text if text and len(text) < 200 else "it is truncated or malformed"
+
+
 def decode_body(data: bytes, content_type: str | None, limits: BodyLimits | None = None) -> Any:
     """Parse a request body by its Content-Type (msgpack when none is given); with `limits`, its shape is
     bounded too (msgpack refuses an over-long list at its header, JSON once parsed)."""
@@ -133,16 +166,11 @@ def decode_body(data: bytes, content_type: str | None, limits: BodyLimits | None
                 raise PayloadTooLarge(
                     f"a list or map in the body is over the limit of {limits.length:,} entries (SHOAL_MAX_BODY_LIST)"
                 ) from None
-            raise InvalidInput(f"the body is not valid msgpack: {type(e).__name__}: {e}") from None
+            raise InvalidInput(f"the body is not valid msgpack: {_msgpack_reason(e)}") from None
         except Exception as e:  # noqa: BLE001 - any decoder failure is the caller's malformed body
-            raise InvalidInput(f"the body is not valid msgpack: {type(e).__name__}: {e}") from None
+            raise InvalidInput(f"the body is not valid msgpack: {_msgpack_reason(e)}") from None
     elif is_json(content_type):
-        try:
-            body = json.loads(data)
-        except RecursionError:
-            raise InvalidInput("the JSON body nests too deeply") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InvalidInput(f"the body is not valid JSON: {e}") from None
+        body = loads_json(data)
     else:
         raise InvalidInput(f"unsupported Content-Type {content_type!r}; send application/msgpack or application/json")
     if limits is not None:

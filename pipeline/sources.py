@@ -266,6 +266,9 @@ class _Walker:
             ident = _ident(child)
             if ident in self.seen:  # a folder reached twice (a symlink loop inside the root): visited once
                 os.close(child)
+                self.out.skipped.append(
+                    (rel, "a folder already walked (a symlink back into the root): not walked again")
+                )
                 return
             entries = _list(child)
         except OSError as e:

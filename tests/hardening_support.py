@@ -139,7 +139,8 @@ ROUTES = [
     Route("native extract", _extract, native_code, MINILM, frozenset({"n", "labels", "required_model", "item_cap"})),
     Route("native model detail", _model_detail, native_code, MINILM, frozenset({"required_model"}), method="GET"),
     Route("openai embeddings", _embeddings("/v1/embeddings"), openai_code, MINILM, ITEMS | {"dimensions"}),
-    Route("openai embeddings, no /v1", _embeddings("/embeddings"), openai_code, MINILM, ITEMS | {"dimensions"}),
+    # Infinity's path: `dimensions: 0` means "not set" there (infinity_client sends it), so no dimensions cases
+    Route("openai embeddings, no /v1", _embeddings("/embeddings"), openai_code, MINILM, ITEMS),
     Route("infinity embeddings", _embeddings("/infinity/embeddings"), openai_code, MINILM, ITEMS),
     Route("rerank", _rerank("/v1/rerank"), openai_code, SCORER, ITEMS),
     Route("infinity rerank", _rerank("/infinity/rerank"), openai_code, SCORER, ITEMS),

@@ -232,6 +232,9 @@ CASES = [
     for route, (_, cases) in ROUTES.items()
     for name, body in cases.items()
     if body is not None
+    # Infinity's paths take `dimensions: 0` as "not set" (infinity_client sends it): tests/test_hardening_clients.py
+    and not (route in ("/embeddings", "/infinity/embeddings") and name == "dimensions zero")
+    and not (route == "/" and name == "no items key")  # {texts} on POST / is a Cohere embed body (litellm cohere/)
 ] + [(route, name, raw, ctype) for route in ROUTES for name, (raw, ctype) in RAW.items()]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -20,14 +21,51 @@ from engine.errors import ShoalError
 from engine.http import cohere, console, docs, native, openai, rerank, status, tei
 from engine.http.auth import auth_from
 from engine.http.edge import Edge
+from engine.http.openai import openai_error
 from engine.http.redact import scrub_body, scrubber
-from engine.http.replies import RouteFamily, error_response, native_error
+from engine.http.replies import ErrorBody, RouteFamily, error_response, native_error
 from engine.metrics import QUEUE_DEPTH
 from engine.runtime import AsyncEngine
 
 FAMILIES: tuple[RouteFamily, ...] = (
     native.FAMILY, openai.FAMILY, rerank.FAMILY, cohere.FAMILY, tei.FAMILY, status.FAMILY, console.FAMILY,
 )  # fmt: skip
+
+
+class NotFound(ShoalError):
+    code, status = "NOT_FOUND", 404
+
+
+class MethodNotAllowed(ShoalError):
+    code, status = "METHOD_NOT_ALLOWED", 405
+
+
+def routing_error(method: str, path: str, status: int, detail: str) -> ShoalError:
+    """Starlette's routing failure as a typed error."""
+    if status == 404:
+        return NotFound(f"{method} {path}: no such route")
+    if status == 405:
+        return MethodNotAllowed(f"{method} {path}: the route does not take {method}")
+    err = ShoalError(f"{method} {path}: {detail}")
+    err.status, err.code = status, "HTTP_ERROR"
+    return err
+
+
+def both_shapes(err: ShoalError) -> dict[str, Any]:
+    """Native and OpenAI error bodies at once, for routes both sie-sdk and the openai client read."""
+    return {**native_error(err), **openai_error(err)}
+
+
+def family_error(exact: dict[str, ErrorBody], path: str) -> ErrorBody:
+    """The error body of a path's route family: exact paths first, then the families of whole prefixes."""
+    found = exact.get(path)
+    if found is not None:
+        return found
+    if path.startswith("/v1/models/"):  # GET /v1/models/{id}: sie-sdk and openai's models.retrieve
+        return both_shapes
+    if path.startswith("/infinity/"):
+        return openai_error
+    return native_error
 
 
 def create_app(engine: AsyncEngine) -> FastAPI:
@@ -37,9 +75,13 @@ def create_app(engine: AsyncEngine) -> FastAPI:
     error_bodies = {path: f.error_body for f in FAMILIES for path in f.error_paths}
     scrub = scrubber(settings)
 
-    def error_for(path: str, err: ShoalError) -> JSONResponse:
+    def error_body(path: str, err: ShoalError) -> dict[str, Any]:
         """An error in its route family's shape, with no server paths when local folders are off."""
-        return error_response(err, scrub_body(error_bodies.get(path, native_error)(err), scrub))
+        body: dict[str, Any] = scrub_body(family_error(error_bodies, path)(err), scrub)
+        return body
+
+    def error_for(path: str, err: ShoalError) -> JSONResponse:
+        return error_response(err, error_body(path, err))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -50,6 +92,8 @@ def create_app(engine: AsyncEngine) -> FastAPI:
     # /docs and /redoc come from engine.http.docs (assets from a package, not a CDN)
     app = FastAPI(title="shoal", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine = engine
+    engine.control_admission()  # overload sheds network requests (503 QUEUE_FULL) at once
+    app.state.error_body = error_body  # the connection layer answers protocol errors in the same shapes
     app.add_middleware(
         Edge,
         settings=settings,
@@ -71,10 +115,13 @@ def create_app(engine: AsyncEngine) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
-        """Unknown routes and methods get the same error shape as everything else."""
-        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(err.status_code, "HTTP_ERROR")
-        message = f"{request.method} {request.url.path}: {err.detail}"
-        return JSONResponse({"detail": {"code": code, "message": message}}, status_code=err.status_code)
+        """Unknown routes and methods get their path's family error shape, like everything else."""
+        path = request.url.path
+        shoal_err = routing_error(request.method, path, err.status_code, str(err.detail))
+        response = error_for(path, shoal_err)
+        for name, value in (err.headers or {}).items():  # Allow on a 405
+            response.headers[name] = value
+        return response
 
     @app.exception_handler(ShoalError)
     async def _shoal_error(request: Request, err: ShoalError) -> JSONResponse:

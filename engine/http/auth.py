@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from engine.config import EngineSettings
 
 KEY_PARAMS = frozenset({"api_key", "apikey", "api-key", "key", "access_token", "token", "auth", "authorization"})
+KEY_PARAMS |= {"x-api-key", "x_api_key", "api_token", "api-token", "bearer"}
 
 
 class AuthConfigError(ValueError):

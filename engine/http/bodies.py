@@ -53,6 +53,7 @@ class RerankBody(BaseModel):
     documents: list[str | dict[str, str]] = Field(description="strings, or objects with 'text'")
     top_n: int | None = Field(None, ge=1)
     return_documents: bool = False
+    raw_scores: bool = Field(False, description="the logits behind sigmoid scores (Infinity, TEI)")
 
 
 TokenIds = list[int]

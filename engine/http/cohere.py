@@ -1,4 +1,5 @@
-"""Cohere v2 routes: POST /v2/embed and POST /v2/rerank in Cohere's request and response shapes.
+"""Cohere routes: POST /v2/embed, POST /v2/rerank and v1's POST /v1/embed in Cohere's request and response
+shapes.
 
 `embedding_types` (float, int8, uint8, binary, ubinary, base64) each come from the engine's own output
 dtype: binary is Cohere's signed packing (the packed sign bits minus 128, as int8), ubinary the unsigned
@@ -89,16 +90,27 @@ def as_type(values: np.ndarray, kind: str) -> Any:
 
 @router.post("/v2/embed", openapi_extra=request_body(CohereEmbedBody, msgpack=False))
 async def embed(request: Request) -> Response:
-    body = await read_body(request)
+    return await embed_reply(request, await read_body(request), v1=False)
+
+
+@router.post("/v1/embed", openapi_extra=request_body(CohereEmbedBody, msgpack=False))
+async def embed_v1(request: Request) -> Response:
+    """Cohere v1 (cohere.Client.embed, langchain-cohere): `model` may be left out (the server's default);
+    without `embedding_types` the answer is v1's plain float list."""
+    return await embed_reply(request, await read_body(request), v1=True)
+
+
+async def embed_reply(request: Request, body: Any, *, v1: bool) -> Response:
+    """A Cohere embed answer: v2's (or v1's with `embedding_types`) embeddings by type, else v1's float list."""
     if not isinstance(body, dict):
         raise InvalidInput("the body must be a JSON object with 'model', 'texts' and 'input_type'")
-    model = body.get("model")
+    engine = engine_of(request)
+    model = body.get("model", engine.settings.default_model if v1 else None)
     if not isinstance(model, str) or not model:
         raise InvalidInput("'model' is required")
     name_model(request, model)
     texts = embed_texts(body)
     types, options = embed_params(body)
-    engine = engine_of(request)
     dtypes = list(dict.fromkeys(ENGINE_DTYPE[t] for t in types))
     items = [Item(text=t) for t in texts]
 
@@ -113,12 +125,13 @@ async def embed(request: Request) -> Response:
     }
     first = results[dtypes[0]]
     tokens = int(first.get("usage", {}).get("input_tokens", 0))
+    plain = v1 and not body.get("embedding_types")
     out = {
         "id": uuid.uuid4().hex,
-        "embeddings": embeddings,
+        "embeddings": embeddings["float"] if plain else embeddings,
         "texts": texts,
-        "meta": meta(input_tokens=tokens),
-        "response_type": "embeddings_by_type",
+        "meta": meta(input_tokens=tokens) | ({"api_version": {"version": "1"}} if v1 else {}),
+        "response_type": "embeddings_floats" if plain else "embeddings_by_type",
     }
     return JSONResponse(out, headers=timing_headers(first.get("timing", {})))
 
@@ -142,4 +155,4 @@ async def rerank_v2(request: Request) -> Response:
     return JSONResponse(out, headers=timing_headers(ranking.timing))
 
 
-FAMILY = RouteFamily(router, ("/v2/embed", "/v2/rerank"), cohere_error)
+FAMILY = RouteFamily(router, ("/v1/embed", "/v2/embed", "/v2/rerank"), cohere_error)

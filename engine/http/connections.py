@@ -1,30 +1,60 @@
-"""The connection layer under uvicorn: read deadlines per connection, and a connection cap that always leaves
-room for health probes.
+"""The connection layer under uvicorn: read deadlines on every head, a head-size limit, JSON protocol errors,
+and a connection cap that always leaves room for health probes.
 
-Deadlines: a new connection must deliver its request line and headers within `head_timeout_s` (then 408 and
-close); a body must arrive within `body_timeout_s` (the edge answers 408; this closes the connection a
-second later if it has not); an idle keep-alive connection is closed after `keep_alive_s`. Bytes trickling
-in do not extend any of them.
+Deadlines: every request head (line and headers) must arrive within `head_timeout_s` of its first byte, the
+first on a connection or a later one on a kept-alive or pipelined connection (then 408 and close, or close
+once the answer in progress is out); a body must arrive within `body_timeout_s` (the edge answers 408; this
+closes the connection a second later if it has not); an idle keep-alive connection is closed after
+`keep_alive_s`. Bytes trickling in do not extend any of them. A head over `max_header_bytes` is 431.
+`GET /healthz` is answered in the parser's callback, so a liveness probe never waits behind the app.
 
-Cap: past `max_connections`, a new connection closes the longest-idle one (no request in progress, or
-only part of a head), so idle or slow clients can never lock others out. When every connection is busy
-with a request, up to `health_connections` more are let in for /healthz and /readyz only; anything else
-on them gets 503 QUEUE_FULL and the connection closes.
+Cap: past `max_connections`, a new connection closes the longest-idle one (nothing in progress, or only part
+of a head), so idle or slow clients can never lock others out. When every connection is busy with a
+request, up to `health_connections` more are let in for /healthz and /readyz only; anything else on them
+gets 503 QUEUE_FULL and the connection closes.
+
+This subclasses uvicorn's httptools protocol and overrides some of its methods, so uvicorn is pinned to one
+version in pyproject.toml (tests/test_hardening_connections.py checks the installed one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from engine.config import EngineSettings
+from engine.errors import InvalidInput, QueueFull, RequestTimeout, ShoalError
 
 HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 BODY_GRACE_S = 1.0  # the edge answers a late body with 408 first; this only backs it up
-BUSY = b'{"detail":{"code":"QUEUE_FULL","message":"every connection is busy; only health probes are served now"}}'
+HEALTHZ = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\n\r\n{"status":"ok"}'
+HEALTHZ_CLOSE = HEALTHZ.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n", 1)
+ErrorBody = Callable[[str, ShoalError], Any]  # (path, error) -> the route family's error body (JSON-able)
+
+
+class HeadersTooLarge(ShoalError):
+    code, status = "HEADERS_TOO_LARGE", 431
+
+
+def native_body(path: str, err: ShoalError) -> Any:
+    return {"detail": err.to_dict()}
+
+
+def raw_error(err: ShoalError, path: str, body_for: ErrorBody) -> bytes:
+    """A whole HTTP/1.1 error response that closes the connection, its body in the path's family shape."""
+    data = json.dumps(body_for(path, err), separators=(",", ":")).encode()
+    reason = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large"}
+    reason |= {503: "Service Unavailable"}
+    head = f"HTTP/1.1 {err.status} {reason.get(err.status, 'Error')}\r\ncontent-type: application/json\r\n"
+    if err.retry_after is not None:
+        head += f"retry-after: {max(1, round(err.retry_after))}\r\n"
+    head += f"content-length: {len(data)}\r\nconnection: close\r\n\r\n"
+    return head.encode() + data
 
 
 class Pool:
@@ -40,8 +70,8 @@ class Pool:
 
     def set_idle(self, conn: Any, idle: bool) -> None:
         if idle:
-            self.idle[conn] = None
-            self.idle.move_to_end(conn)
+            if conn not in self.idle:
+                self.idle[conn] = None
         else:
             self.idle.pop(conn, None)
 
@@ -67,20 +97,23 @@ class Pool:
         self.idle.pop(conn, None)
 
 
-async def busy_app(scope: Any, receive: Any, send: Any) -> None:
-    """The answer on a health-only connection to anything but a health probe."""
-    headers = [(b"content-type", b"application/json"), (b"retry-after", b"1"), (b"connection", b"close")]
-    headers.append((b"content-length", str(len(BUSY)).encode()))
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
-    await send({"type": "http.response.body", "body": BUSY})
-
-
-def protocol_class(settings: EngineSettings, cap: int) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol with this server's deadlines and connection cap (one Pool per class)."""
+def protocol_class(settings: EngineSettings, cap: int, body_for: ErrorBody = native_body) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with this server's deadlines and connection cap (one Pool per class);
+    `body_for` shapes the errors it answers itself (the route family's shape for the request's path)."""
     pool = Pool(cap, settings.health_connections)
 
+    async def busy_app(scope: Any, receive: Any, send: Any) -> None:
+        """The answer on a health-only connection to anything but a health probe."""
+        err = QueueFull("every connection is busy; only health probes are served now")
+        data = json.dumps(body_for(scope["path"], err), separators=(",", ":")).encode()
+        headers = [(b"content-type", b"application/json"), (b"retry-after", b"1"), (b"connection", b"close")]
+        headers.append((b"content-length", str(len(data)).encode()))
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
     class ShoalProtocol(HttpToolsProtocol):
-        """One connection: its phase ('head', 'body', 'app', 'idle'), its deadline, its place in the pool."""
+        """One connection: its phase ('head' before any byte, 'partial' head, 'body', 'app', 'idle'), its
+        deadline, its place in the pool."""
 
         pool_state = pool
 
@@ -88,6 +121,7 @@ def protocol_class(settings: EngineSettings, cap: int) -> type[asyncio.Protocol]
             super().connection_made(transport)
             self._deadline: asyncio.TimerHandle | None = None
             self._phase = "head"
+            self._head_bytes = 0
             self._health_only = False
             admitted = pool.admit(self)
             if admitted == "refuse":
@@ -109,6 +143,24 @@ def protocol_class(settings: EngineSettings, cap: int) -> type[asyncio.Protocol]
             if not self.transport.is_closing():
                 self.transport.close()
 
+        def _answering(self) -> bool:
+            """Whether a request on this connection is being worked on or answered."""
+            return self.cycle is not None and not self.cycle.response_complete
+
+        def _path(self) -> str:
+            url = getattr(self, "url", b"") or b""  # none yet: the native shape
+            return url.split(b"?", 1)[0].decode("latin-1")
+
+        def _refuse(self, err: ShoalError) -> None:
+            """Answer `err` and close, unless an answer is in progress: then close once it is out."""
+            if self.transport.is_closing():
+                return
+            if self._answering():
+                self.cycle.keep_alive = False
+                return
+            self.transport.write(raw_error(err, self._path(), body_for))
+            self.transport.close()
+
         # -- deadlines -------------------------------------------------------------------------------
 
         def _arm(self, seconds: float) -> None:
@@ -126,24 +178,65 @@ def protocol_class(settings: EngineSettings, cap: int) -> type[asyncio.Protocol]
             if self.transport.is_closing():
                 return
             if self._phase == "partial":  # part of a head came: say why it is closed
-                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                limit = settings.head_timeout_s
+                self._refuse(RequestTimeout(f"the request head did not arrive within {limit:g}s"))
+            else:  # no byte of a head, an idle keep-alive, or (backing the edge up) a late body
+                self.transport.close()
+
+        # -- bytes in ----------------------------------------------------------------------------------
+
+        def data_received(self, data: bytes) -> None:
+            reading_head = self._phase in ("head", "partial", "idle")
+            super().data_received(data)
+            if reading_head and self._phase in ("head", "partial") and not self.transport.is_closing():
+                self._head_bytes += len(data)
+                if self._head_bytes > settings.max_header_bytes:
+                    limit = settings.max_header_bytes
+                    self._refuse(HeadersTooLarge(f"the request head is over {limit:,} bytes (SHOAL_MAX_HEADER_BYTES)"))
+
+        def send_400_response(self, msg: str) -> None:
+            """A head the parser cannot read: 400 in JSON, in the family shape of its path when it got that far."""
+            if self.transport.is_closing():
+                return
+            self.transport.write(raw_error(InvalidInput("the request is not valid HTTP/1.1"), self._path(), body_for))
             self.transport.close()
 
         # -- request phases (httptools callbacks) ----------------------------------------------------
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            if self._phase == "idle":  # a new request on a kept-alive connection: its head has a deadline now
-                self._arm(settings.head_timeout_s)
-            self._phase = "partial"
+            self._phase = "partial"  # every head has its deadline, whatever the connection did before
+            self._head_bytes = 0
+            self._arm(settings.head_timeout_s)
+            if not self._answering():
+                pool.set_idle(self, True)
 
         def on_headers_complete(self) -> None:
+            if self._liveness_probe():
+                return
             self._phase = "body"
             pool.set_idle(self, False)
             self._arm(settings.body_timeout_s + BODY_GRACE_S)
             super().on_headers_complete()
 
+        def _liveness_probe(self) -> bool:
+            """GET /healthz answered here, from the parser's callback: no task, no middleware, nothing that
+            could wait behind inference (only when no other request on this connection is being answered)."""
+            if self._answering() or self.parser.get_method() != b"GET" or self._path() != "/healthz":
+                return False
+            self._fast = True
+            keep = self.parser.should_keep_alive()
+            self.transport.write(HEALTHZ if keep else HEALTHZ_CLOSE)
+            if not keep:
+                self.transport.close()
+            return True
+
         def on_message_complete(self) -> None:
+            if getattr(self, "_fast", False):  # a probe answered in on_headers_complete
+                self._fast = False
+                if not self.transport.is_closing():
+                    self._idle()
+                return
             super().on_message_complete()
             if self._phase != "body":
                 return
@@ -155,10 +248,12 @@ def protocol_class(settings: EngineSettings, cap: int) -> type[asyncio.Protocol]
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if self.transport.is_closing() or self.pipeline:
+            if self.transport.is_closing() or self._answering():  # closed, or a pipelined request went on
                 return
             if self._phase == "app":  # the whole request was read: the connection is idle until the next one
                 self._idle()
+            elif self._phase == "partial":  # the next head has begun: its deadline runs; it may be evicted
+                pool.set_idle(self, True)
 
         def _idle(self) -> None:
             self._phase = "idle"

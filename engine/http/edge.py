@@ -112,10 +112,12 @@ class Edge:
             if e.status == 413 and not ex.body_done:
                 await self._drain(scope, receive, ex)
             await self._answer(scope, send, ex, e)
-        except Exception as e:  # noqa: BLE001 - last resort: a typed 500, and the server stays up
+        except Exception:  # noqa: BLE001 - last resort: a typed 500, and the server stays up
             if not ex.disconnected:  # a hang-up mid-body surfaces as the route's ClientDisconnect: no error
                 log.exception("unhandled error on %s", path)
-                await self._answer(scope, send, ex, ex.error or InternalError(f"{type(e).__name__}: {e}"))
+                await self._answer(
+                    scope, send, ex, ex.error or InternalError("internal error; the server log has the details")
+                )
         if path != "/metrics":
             self._count(scope, ex, started)
 

@@ -1,4 +1,5 @@
-"""Native routes (the SIE-compatible wire contract): encode, score, extract, models."""
+"""Native routes (the SIE-compatible wire contract): encode, score, extract, models; and Infinity's GET
+/models and /health (at the root and under /infinity)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,27 @@ async def models(request: Request) -> dict[str, Any]:
     """The native list under `models` and OpenAI's list under `object`/`data`, so both clients read it."""
     native = await engine_of(request).models()
     return {"object": "list", "data": [openai_model(m) for m in native], "models": native}
+
+
+@router.get("/models")
+@router.get("/infinity/models")
+async def infinity_models(request: Request) -> dict[str, Any]:
+    """Infinity's model list (infinity_client reads `data[].id`; `capabilities` says what each model does)."""
+    native = await engine_of(request).models()
+    return {"object": "list", "data": [openai_model(m) | {"capabilities": capabilities(m)} for m in native]}
+
+
+@router.get("/health")
+@router.get("/infinity/health")
+async def infinity_health() -> dict[str, float]:
+    """Infinity's health answer: the server's clock."""
+    return {"unix": time.time()}
+
+
+def capabilities(info: dict[str, Any]) -> list[str]:
+    """Infinity's capability names for a native model description."""
+    names = {"encode": "embed", "score": "rerank", "extract": "classify"}
+    return sorted({names[t] for t in info.get("tasks", []) if t in names})
 
 
 @router.get("/v1/models/{model:path}")

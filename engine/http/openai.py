@@ -86,6 +86,9 @@ def embeddings_response(model: str, result: dict[str, Any], as_base64: bool) -> 
 async def embeddings(request: Request) -> Response:
     engine = engine_of(request)
     body = await read_body(request)
+    infinity = request.url.path != "/v1/embeddings" and isinstance(body, dict)
+    if infinity and type(body.get("dimensions")) is int and body["dimensions"] == 0:  # Infinity's "not set"
+        body = {**body, "dimensions": None}
     model, texts = await input_texts(engine, body)
     name_model(request, model)
     req, as_base64 = embeddings_request(body, texts)

@@ -33,6 +33,6 @@ def scrub_body(body: Any, scrub: Scrub) -> Any:
         return scrub(body)
     if isinstance(body, dict):
         return {k: scrub_body(v, scrub) for k, v in body.items()}
-    if isinstance(body, list):
+    if isinstance(body, (list, tuple)):
         return [scrub_body(v, scrub) for v in body]
     return body

@@ -23,6 +23,9 @@ def native_error(err: ShoalError) -> dict[str, Any]:
     return {"detail": err.to_dict()}
 
 
+ErrorBody = Callable[[ShoalError], dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class RouteFamily:
     """A group of routes in one client's dialect: its router, and the error body its paths answer with."""

@@ -11,6 +11,7 @@ infinity/ with `api_base=<server>/infinity`) answers plain strings, as does any 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,8 +84,18 @@ async def rerank(
     return Ranking(order, int(result.get("usage", {}).get("input_tokens", 0)), result.get("timing", {}))
 
 
+def raw(score: float, engine: AsyncEngine, model: str) -> float:
+    """The logit behind a sigmoid score (TEI's raw_scores); scores of cards without sigmoid are raw already."""
+    spec = engine.card(model).score
+    if spec is None or spec.activation != "sigmoid":
+        return score
+    p = min(max(score, 1e-12), 1 - 1e-7)
+    return math.log(p) - math.log1p(-p)
+
+
 async def documents_rerank(request: Request, body: Any) -> Response:
-    """{model, query, documents, top_n?, return_documents?} -> {model, results: [{index, relevance_score}]}."""
+    """{model, query, documents, top_n?, return_documents?, raw_scores?} -> {model, results: [{index,
+    relevance_score}]}; with raw_scores, the logits behind sigmoid scores (as Infinity and TEI give)."""
     model, query = model_query(body)
     count_before_parsing(body, "documents", engine_of(request).settings.max_items)
     texts = text_list(body.get("documents"), "documents")
@@ -93,10 +104,14 @@ async def documents_rerank(request: Request, body: Any) -> Response:
     if fmt not in ("object", "string"):
         raise InvalidInput("'document_format' must be 'object' ({text}) or 'string'")
     plain = fmt == "string"
-    ranking = await rerank(engine_of(request), request, model, query, texts)
+    raw_scores = body.get("raw_scores", False)
+    if not isinstance(raw_scores, bool):
+        raise InvalidInput("'raw_scores' must be true or false")
+    engine = engine_of(request)
+    ranking = await rerank(engine, request, model, query, texts)
     results = []
     for index, score in ranking.order[:top_n]:
-        entry: dict[str, Any] = {"index": index, "relevance_score": score}
+        entry: dict[str, Any] = {"index": index, "relevance_score": raw(score, engine, model) if raw_scores else score}
         if body.get("return_documents", False):
             entry["document"] = texts[index] if plain else {"text": texts[index]}
         results.append(entry)

@@ -1,16 +1,26 @@
 """Running the app: uvicorn with the connection layer (deadlines, cap), the descriptor limit raised to fit
-the cap, and /metrics on its own port when configured."""
+the cap, and /metrics on its own port when configured (behind the metrics key when one is set)."""
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from fastapi import FastAPI
 
 from engine.config import EngineSettings
-from engine.http.connections import protocol_class
+from engine.errors import Unauthorized
+from engine.http.auth import KeyRing, auth_from, bearer
+from engine.http.connections import native_body, protocol_class
 
 log = logging.getLogger("shoal.http")
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 SPARE_FDS = 128  # descriptors kept for model files, sockets to NATS, logs
 
 
@@ -42,20 +52,55 @@ def connection_cap(settings: EngineSettings) -> int:
     return max(1, cap)
 
 
+def metrics_app(keys: KeyRing | None) -> WSGIApp:
+    """Prometheus's WSGI app, behind `Authorization: Bearer <metrics key>` when a metrics key is set."""
+    from prometheus_client import make_wsgi_app
+
+    inner: WSGIApp = make_wsgi_app()
+    if keys is None:
+        return inner
+
+    def guarded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        token = bearer([(b"authorization", environ.get("HTTP_AUTHORIZATION", "").encode("latin-1"))])
+        if token is not None and keys.match(token) is not None:
+            return inner(environ, start_response)
+        err = Unauthorized("/metrics needs 'Authorization: Bearer <metrics key>'")
+        body = json.dumps({"detail": err.to_dict()}).encode()
+        headers = [("Content-Type", "application/json"), ("WWW-Authenticate", "Bearer")]
+        start_response("401 Unauthorized", [*headers, ("Content-Length", str(len(body)))])
+        return [body]
+
+    return guarded
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def start_metrics_server(settings: EngineSettings) -> None:
+    """/metrics on its own port, in a daemon thread; SHOAL_METRICS_KEY guards it as it guards the API port's."""
+    keys = auth_from(settings).metrics_keys
+    server = make_server(settings.host, settings.metrics_port or 0, metrics_app(keys), _ThreadingServer, _QuietHandler)
+    threading.Thread(target=server.serve_forever, name="shoal-metrics", daemon=True).start()
+
+
 def serve_app(app: FastAPI, settings: EngineSettings, log_level: str = "info") -> None:
     """Serve until SIGINT/SIGTERM."""
     import uvicorn
 
     if settings.metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        start_http_server(settings.metrics_port, addr=settings.host)
+        start_metrics_server(settings)
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=log_level,
-        http=protocol_class(settings, connection_cap(settings)),
+        http=protocol_class(settings, connection_cap(settings), getattr(app.state, "error_body", native_body)),
         timeout_keep_alive=max(1, round(settings.keep_alive_s)),
     )
     uvicorn.Server(config).run()

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from prometheus_client.metrics import MetricWrapperBase
 
 from engine.catalogue.weights import weights_status
+from engine.http.redact import scrub_body, scrubber
 from engine.http.replies import RouteFamily, engine_of
 from engine.metrics import ITEMS, QUEUE_DEAD, QUEUE_HELD, REQUESTS, TOKENS
 
@@ -65,6 +66,7 @@ async def status(request: Request) -> dict[str, Any]:
     reg = engine.registry
     state = "ready" if engine.ready and not engine.draining else ("draining" if engine.draining else "starting")
     models = []
+    scrub = scrubber(engine.settings)  # a server (local folders off) shows no paths of its own
     for card in engine.catalogue.known():
         tier = reg.tier(card.id)
         models.append(
@@ -75,7 +77,7 @@ async def status(request: Request) -> dict[str, Any]:
                 "tier": tier,
                 "loaded": reg.is_loaded(card.id),
                 "pinned": card.id in reg.pinned_models(),
-                "weights": weights_status(card, engine.settings.offline).to_dict(),
+                "weights": scrub_body(weights_status(card, engine.settings.offline).to_dict(), scrub),
             }
         )
     tiers = {

@@ -11,7 +11,6 @@ Token-id `inputs` are ids of the model's own tokenizer (as in TEI). Errors answe
 from __future__ import annotations
 
 import asyncio
-import math
 from typing import Any
 
 import numpy as np
@@ -20,8 +19,9 @@ from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput, ShoalError
 from engine.http.bodies import TeiEmbedBody, TeiPredictBody, TeiRerankBody, TeiTokenizeBody, request_body
+from engine.http.cohere import embed_reply
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
-from engine.http.rerank import documents_rerank, model_query, rerank, text_list
+from engine.http.rerank import documents_rerank, model_query, raw, rerank, text_list
 from engine.runtime import AsyncEngine
 from engine.tasks.annotate import check_limits
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
@@ -45,6 +45,8 @@ def tei_body(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidInput("the body must be a JSON object with 'inputs'")
     params = body.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        raise InvalidInput("'parameters' must be an object of options (normalize, truncate, ...)")
     return {**params, **body} if isinstance(params, dict) else body
 
 
@@ -122,15 +124,6 @@ async def embed_sparse(request: Request) -> Response:
         for it in items
     ]
     return reply(out, result)
-
-
-def raw(score: float, engine: AsyncEngine, model: str) -> float:
-    """The logit behind a sigmoid score (TEI's raw_scores); scores of cards without sigmoid are raw already."""
-    spec = engine.card(model).score
-    if spec is None or spec.activation != "sigmoid":
-        return score
-    p = min(max(score, 1e-12), 1 - 1e-7)
-    return math.log(p) - math.log1p(-p)
 
 
 @router.post("/rerank", openapi_extra=request_body(TeiRerankBody, msgpack=False))
@@ -235,8 +228,12 @@ async def info(request: Request) -> dict[str, Any]:
 @router.post("/", openapi_extra=request_body(TeiEmbedBody, msgpack=False))
 async def root(request: Request) -> Response:
     """huggingface_hub's InferenceClient: {inputs: {source_sentence, sentences}} -> similarity scores;
-    any other `inputs` -> feature extraction ([[float]])."""
-    body = tei_body(await read_body(request))
+    any other `inputs` -> feature extraction ([[float]]); a Cohere embed body ({texts, ...}, what litellm's
+    cohere/ route posts to its api_base) -> Cohere v1's answer."""
+    raw = await read_body(request)
+    if isinstance(raw, dict) and "texts" in raw and "inputs" not in raw:  # a Cohere embed body (litellm cohere/)
+        return await embed_reply(request, raw, v1=True)
+    body = tei_body(raw)
     value = body.get("inputs")
     if not isinstance(value, dict):
         items, result = await encode(request, body, "dense")

@@ -1,4 +1,11 @@
-"""The gateway side of the NATS queue: publish tasks, collect answers on a reply inbox, watch the backlog."""
+"""The gateway side of the NATS queue: publish tasks, collect answers on a reply inbox, watch the backlog.
+
+The gateway knows what it has in flight (each waiting task's subject and message). When its connection to
+NATS comes back after a loss (a server restart: a reply sent meanwhile on core NATS is gone, and a memory
+store loses the task itself), every task still waiting is published again under a fresh message id; the
+first answer wins and a second is counted as a duplicate. A task that cannot be re-sent within
+REPUBLISH_S is answered 503 QUEUE_FULL (retryable) rather than left to wait for its deadline.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ from nats.js import JetStreamContext
 from engine.aio import cancel_and_wait
 from engine.config import EngineSettings
 from engine.errors import InternalError, PayloadTooLarge, QueueFull, error_from_code
-from engine.metrics import MODEL_PENDING, QUEUE_DUPLICATES, QUEUE_PENDING
+from engine.metrics import MODEL_PENDING, QUEUE_DUPLICATES, QUEUE_PENDING, QUEUE_REPUBLISHED
 from engine.queue.nats.connection import NATS_ERRORS
 from engine.queue.nats.dead import on_max_deliveries
 from engine.queue.nats.subjects import BELL, MAX_DELIVERIES, WORK, subject_token
@@ -23,6 +30,8 @@ from engine.tasks.task import Task
 from engine.wire import packb, unpackb
 
 log = logging.getLogger("shoal.nats")
+REPUBLISH_S = 10.0  # how long a task may take to be re-sent after a reconnect before it is answered 503
+RECONNECT_POLL_S = 0.2  # how often the gateway looks for a reconnect
 
 
 class GatewaySide:
@@ -37,11 +46,16 @@ class GatewaySide:
         self._models: dict[str, str] = {}  # subject token -> model id of every model submitted (catalogue-bounded)
         self._inbox = ""
         self._bg: list[asyncio.Task[None]] = []
+        self._sent: dict[str, tuple[str, bytes]] = {}  # waiting task id -> (subject, message) as published
+        self._reconnects = 0
+        self.republished = 0  # tasks published again after a reconnect (tests read it)
 
     async def start(self) -> None:
         self._inbox = self.nc.new_inbox()
         await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_reply)
         self._bg.append(asyncio.create_task(self._watch_pending(), name="shoal-nats-pending"))
+        self._reconnects = int(self.nc.stats.get("reconnects", 0))
+        self._bg.append(asyncio.create_task(self._watch_reconnects(), name="shoal-nats-reconnects"))
         advisories = f"{MAX_DELIVERIES}.{self.settings.queue_stream}.*"
         await self.nc.subscribe(advisories, cb=self._on_max_deliveries)
 
@@ -67,6 +81,7 @@ class GatewaySide:
                 raise QueueFull(
                     f"the queue is unreachable ({type(e).__name__}); retry later", retry_after=1.0
                 ) from None
+            self._sent[task.id] = (f"{WORK}.{token}", data)
             self._pending += 1
             self._published += 1
             with contextlib.suppress(*NATS_ERRORS):
@@ -74,6 +89,43 @@ class GatewaySide:
             return await future
         finally:
             self._waiting.pop(task.id, None)
+            self._sent.pop(task.id, None)
+
+    async def _watch_reconnects(self) -> None:
+        """After each reconnect, publish again every task still waiting (its answer may be lost)."""
+        while True:
+            await asyncio.sleep(RECONNECT_POLL_S)
+            count = int(self.nc.stats.get("reconnects", 0))
+            if count > self._reconnects and self.nc.is_connected:
+                self._reconnects = count
+                waiting = list(self._sent.items())
+                if waiting:
+                    log.warning("reconnected to NATS: publishing %d waiting tasks again", len(waiting))
+                    self._bg.append(asyncio.create_task(self._republish(waiting, count)))
+
+    async def _republish(self, waiting: list[tuple[str, tuple[str, bytes]]], epoch: int) -> None:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + REPUBLISH_S
+        for task_id, (subject, data) in waiting:
+            while True:
+                future = self._waiting.get(task_id)
+                if future is None or future.done():
+                    break
+                try:
+                    headers = {"Nats-Msg-Id": f"{task_id}.r{epoch}"}  # not the original id: it may be in the window
+                    await self.js.publish(subject, data, stream=self.settings.queue_stream, headers=headers)
+                    self.republished += 1
+                    QUEUE_REPUBLISHED.inc()
+                    break
+                except (nats.js.errors.APIError, *NATS_ERRORS):
+                    if loop.time() >= give_up:
+                        future.set_exception(
+                            QueueFull(
+                                "the queue restarted and this request could not be sent again; retry", retry_after=1.0
+                            )
+                        )
+                        break
+                    await asyncio.sleep(0.5)
 
     async def _on_max_deliveries(self, msg: Msg) -> None:
         try:
