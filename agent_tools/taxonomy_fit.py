@@ -99,7 +99,7 @@ def read_labelled(path: Path, t: Taxonomy, max_rows: int, max_chars: int) -> lis
     if errors:
         raise InvalidInput(f"{path}: {len(errors)} bad line(s): " + "; ".join(errors[:20]))
     if not rows:
-        raise InvalidInput(f"{path}: no labelled texts (one JSON object per line: {{\"text\", \"label\"}})")
+        raise InvalidInput(f'{path}: no labelled texts (one JSON object per line: {{"text", "label"}})')
     return rows
 
 
@@ -236,7 +236,8 @@ def save_fitted(path: Path, t: Taxonomy, model: str, result: FitResult) -> None:
     """One .npz (no pickles): the leaf vectors, the calibration, the taxonomy digest, the model, the report."""
     import numpy as np
 
-    meta = {"format": FORMAT, "digest": t.digest, "model": model, "source": result.calibration.source}
+    meta: dict[str, Any] = {"format": FORMAT, "digest": t.digest, "model": model}
+    meta["source"] = result.calibration.source
     meta["report"] = result.report
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(

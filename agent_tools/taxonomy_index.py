@@ -141,7 +141,7 @@ async def build_index(t: Taxonomy, backend: ModelBackend, model: str, own: np.nd
     vectors = await asyncio.to_thread(prototypes, own, arrays)
     names = await backend.embed(model, [t.names[int(i)] for i in arrays["reference"]], is_query=True)
     level = await asyncio.to_thread(score_level, vectors, arrays["leaves"], arrays["reference"], names)
-    return TaxonomyIndex(taxonomy=t, model=model, vectors=vectors, level=level, **arrays)
+    return make_index(t, model, vectors, arrays, level, DEFAULT, None)
 
 
 def score_level(vectors: np.ndarray, leaves: np.ndarray, reference: np.ndarray, names: np.ndarray) -> float:
@@ -159,8 +159,23 @@ def index_from(
 ) -> TaxonomyIndex:
     """An index from given own vectors (a fitted index's leaf rows), level and calibration."""
     arrays = structure(t)
-    vectors = prototypes(own, arrays)
-    return TaxonomyIndex(t, model, vectors, level=level, calibration=calibration, fitted=fitted, **arrays)
+    return make_index(t, model, prototypes(own, arrays), arrays, level, calibration, fitted)
+
+
+def make_index(
+    t: Taxonomy,
+    model: str,
+    vectors: np.ndarray,
+    arrays: dict[str, np.ndarray],
+    level: float,
+    calibration: Calibration,
+    fitted: str | None,
+) -> TaxonomyIndex:
+    a = arrays
+    return TaxonomyIndex(
+        t, model, vectors, a["child_ptr"], a["child_idx"], a["is_leaf"], a["leaves"], a["size"], a["parent"],
+        a["depth"], a["reference"], level, calibration, fitted,
+    )  # fmt: skip
 
 
 class IndexCache:
