@@ -178,13 +178,14 @@ async def fit(
     gold = np.array([g for _, g in labelled])
     leaves = np.flatnonzero(np.array([not c for c in t.children]) & (np.arange(len(t)) > 0))
     position = {int(leaf): k for k, leaf in enumerate(leaves)}
+    k = max(2, min(folds, gold.size))
     occurrence: dict[int, int] = {}
+    first: dict[int, int] = {}
     fold = np.zeros(gold.size, dtype=np.int64)
     for i, g in enumerate(gold.tolist()):
-        fold[i] = occurrence.get(g, 0)
-        occurrence[g] = fold[i] + 1
-    k = max(2, min(folds, gold.size))
-    fold = (fold + np.arange(gold.size)) % k  # each label's texts spread over the folds
+        start = first.setdefault(g, len(first))
+        fold[i] = (start + occurrence.get(g, 0)) % k  # a label's texts go to different folds, in turn
+        occurrence[g] = occurrence.get(g, 0) + 1
 
     def one_fold(f: int, own_fitted: bool) -> tuple[list[list[Any]], list[int], list[int]]:
         train, test = fold != f, np.flatnonzero(fold == f)
