@@ -73,10 +73,10 @@ def scores(t: Any, predicted: list[int], best: list[int], gold: list[int], conf:
     }
 
 
-def tool_answers(index: Any, queries: np.ndarray) -> tuple[list[int], list[int], list[float | None]]:
+def tool_answers(index: Any, queries: np.ndarray, **options: Any) -> tuple[list[int], list[int], list[float | None]]:
     from agent_tools.taxonomy import ClassifyOptions, _answer, run_beam
 
-    opts = ClassifyOptions()
+    opts = ClassifyOptions(**options)
     answers = [_answer(run_beam(index, q, opts)) for q in queries]
     t = index.taxonomy
     predicted = [t.by_id[a["id"]] if a["id"] else 0 for a in answers]
@@ -118,7 +118,10 @@ def shots(index: Any, base: np.ndarray, queries: np.ndarray, gold: list[int], k:
     return right / total
 
 
-async def evaluate(engine: Any, name: str, shot_counts: list[int]) -> dict[str, Any]:
+async def evaluate(
+    engine: Any, name: str, shot_counts: list[int], also: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """One set's figures; `also` adds rows of the tool with other options (name -> options)."""
     from agent_tools.backend import ModelBackend
     from agent_tools.taxonomy_index import build_index, node_vectors, own_text
 
@@ -142,6 +145,9 @@ async def evaluate(engine: Any, name: str, shot_counts: list[int]) -> dict[str, 
         "tool": scores(t, predicted, best, gold, conf),
         "shots": {str(k): shots(index, base, queries, gold, k) for k in shot_counts},
     }
+    for key, options in (also or {}).items():
+        other, other_best, other_conf = tool_answers(index, queries, **options)
+        row[key] = scores(t, other, other_best, gold, other_conf)
     return row
 
 
