@@ -38,6 +38,7 @@ class ToolSettings(BaseSettings):
     taxonomy_cache_bytes: int = Field(
         default=1 << 30, ge=1 << 20, description="most bytes of cached taxonomy embeddings (LRU beyond it)"
     )
+    max_labelled_texts: int = Field(default=20_000, ge=1, description="most labelled texts `shoal taxonomy fit` reads")
     max_taxonomy_nodes: int = Field(default=200_000, ge=2, description="largest taxonomy accepted")
     max_text_chars: int = Field(default=200_000, ge=1, description="longest text one tool argument may carry")
     max_texts: int = Field(default=2_048, ge=1, description="most texts or passages in one call")

@@ -1,10 +1,15 @@
 """Keep only the passages that matter for a query, in their original order, and say how much was cut.
 
-Relevance comes from a reranker (a cross-encoder through the engine's `score` task) or, when none is
-configured, from the cosine similarity of query and passage embeddings. A passage is kept when its score
-is within `margin` of the best passage's score and at least `threshold`; then, best first, while the kept
+Relevance is hybrid: a model score (a reranker, i.e. a cross-encoder through the engine's `score` task, or
+else the cosine similarity of query and passage embeddings) plus `lexical_weight` times BM25 over the
+passages of the call (agent_tools/lexical.py: identifiers such as `net.Socket` count whole), each in units
+of its own spread over the passages, so neither scale matters. By default the selection adapts to how
+peaked that relevance is: a softmax over the passages at the spread's scale, and the best passages are
+kept until they hold `keep_mass` of it (one passage when one stands out, several when they are close). A
+fixed `margin` on the model score and a `threshold` can be set as well. Then, best first, while the kept
 passages fit `token_budget` (and `max_passages`). Kept passages come back in document order. With
-`sentences`, each kept passage is pruned to its sentences within `sentence_margin` of the best sentence.
+`sentences`, each kept passage is pruned the same way at the sentence level (`sentence_mass`), always
+keeping its best sentence and any sentence that shares a rare query term, so the answering sentence stays.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from agent_tools.errors import PayloadTooLarge
+from agent_tools.lexical import bm25, standardise
 from agent_tools.text import Span, count_tokens, split_passages, split_sentences
 
 if TYPE_CHECKING:
@@ -26,13 +32,24 @@ class FilterOptions(BaseModel):
     """How much to keep."""
 
     threshold: float | None = Field(None, allow_inf_nan=False, description="lowest score a passage may have to be kept")
-    margin: float | None = Field(
-        0.1, ge=0, description="keep passages scoring within this of the best one; null keeps all above threshold"
+    keep_mass: float | None = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="adaptive selection: keep the best passages holding this share of the relevance "
+        "(a softmax at the scores' own spread); null turns it off",
     )
+    margin: float | None = Field(
+        None, ge=0, description="also keep only passages whose model score is within this of the best one"
+    )
+    lexical_weight: float = Field(0.5, ge=0, le=10, description="weight of BM25 next to the model score")
     token_budget: int | None = Field(None, ge=1, description="most tokens (words and punctuation) to keep")
     max_passages: int | None = Field(None, ge=1, description="most passages to keep")
     sentences: bool = Field(False, description="also drop the less relevant sentences inside kept passages")
-    sentence_margin: float = Field(0.15, ge=0, description="keep sentences within this of the best sentence")
+    sentence_mass: float = Field(0.9, gt=0, le=1, description="share of a kept passage's relevance its sentences keep")
+    sentence_margin: float | None = Field(
+        None, ge=0, description="instead keep sentences whose model score is within this of the passage's best"
+    )
     passage_tokens: int = Field(120, ge=8, le=2000, description="passage size when a long text is split")
     rerank_model: str | None = Field(None, description="cross-encoder to score with; default: embeddings")
 
@@ -60,19 +77,47 @@ class Scorer:
         return await self.backend.embed(self.embed_model, texts) @ self._query
 
 
-def select(scores: np.ndarray, tokens: list[int], opts: FilterOptions) -> list[int]:
-    """Indices to keep (ascending): above threshold, within margin of the best, best first within budgets."""
+TEMPERATURE = 0.5  # of the adaptive softmax over passages, in units of the relevance's spread
+SENTENCE_TEMPERATURE = 2.0  # the same over a passage's sentences (both chosen on examples/context_filter)
+
+
+def relevance(scores: np.ndarray, lexical: np.ndarray, weight: float) -> np.ndarray:
+    """Model score and BM25, each standardised over the candidates, summed."""
+    return standardise(scores) + weight * standardise(lexical)
+
+
+def nucleus(relevance: np.ndarray, mass: float, temperature: float = TEMPERATURE) -> np.ndarray:
+    """Mask of the best items holding `mass` of a softmax at `temperature` (always at least the best one)."""
+    import numpy as np
+
+    order = np.argsort(-relevance, kind="stable")
+    weights = np.exp((relevance[order] - relevance[order[0]]) / temperature)
+    cumulative = np.cumsum(weights) / weights.sum()
+    count = int(np.searchsorted(cumulative, mass - 1e-9)) + 1
+    keep = np.zeros(relevance.size, dtype=bool)
+    keep[order[:count]] = True
+    return keep
+
+
+def select(scores: np.ndarray, tokens: list[int], opts: FilterOptions, rel: np.ndarray | None = None) -> list[int]:
+    """Indices to keep (ascending): the adaptive share, above threshold, within margin, best first within
+    budgets."""
     import numpy as np
 
     if scores.size == 0:
         return []
-    floor = -np.inf if opts.threshold is None else opts.threshold
+    rel = standardise(scores) if rel is None else rel
+    allowed = np.ones(scores.size, dtype=bool) if opts.keep_mass is None else nucleus(rel, opts.keep_mass)
+    if opts.threshold is not None:
+        allowed &= scores >= opts.threshold
     if opts.margin is not None:
-        floor = max(floor, float(scores.max()) - opts.margin)
+        allowed &= scores >= float(scores.max()) - opts.margin
     keep: list[int] = []
     used = 0
-    for i in np.argsort(-scores, kind="stable").tolist():
-        if scores[i] < floor or (opts.max_passages is not None and len(keep) >= opts.max_passages):
+    for i in np.argsort(-rel, kind="stable").tolist():
+        if not allowed[i]:
+            continue
+        if opts.max_passages is not None and len(keep) >= opts.max_passages:
             break
         if opts.token_budget is not None and used + tokens[i] > opts.token_budget:
             continue  # a shorter, less relevant passage may still fit
@@ -81,21 +126,31 @@ def select(scores: np.ndarray, tokens: list[int], opts: FilterOptions) -> list[i
     return sorted(keep)
 
 
-async def prune_sentences(scorer: Scorer, query: str, spans: list[Span], margin: float) -> list[Span]:
-    """Each passage reduced to its sentences scoring within `margin` of its best sentence (one model call)."""
+async def prune_sentences(scorer: Scorer, query: str, spans: list[Span], opts: FilterOptions) -> list[Span]:
+    """Each passage reduced to its most relevant sentences (one model call for all of them): the adaptive share
+    of the passage's relevance (or those within `sentence_margin` of its best), its best sentence, and any
+    sentence holding one of the query's rarer terms (BM25 > 0 among the passage's sentences)."""
+    import numpy as np
+
     split = [split_sentences(s.text, s.start) for s in spans]
     flat = [sent.text for sents in split for sent in sents]
-    scores = (await scorer(query, flat)).tolist()
+    scores = await scorer(query, flat)
     out, k = [], 0
     for span, sents in zip(spans, split, strict=True):
         mine = scores[k : k + len(sents)]
         k += len(sents)
-        if not sents:
+        if len(sents) < 2:
             out.append(span)
             continue
-        best = max(mine)
-        kept = [s.text for s, v in zip(sents, mine, strict=True) if v >= best - margin]
-        out.append(Span(" ".join(kept), span.start, span.end))
+        texts = [s.text for s in sents]
+        lexical = bm25(query, texts)
+        if opts.sentence_margin is not None:
+            keep = mine >= float(mine.max()) - opts.sentence_margin
+        else:
+            keep = nucleus(relevance(mine, lexical, opts.lexical_weight), opts.sentence_mass, SENTENCE_TEMPERATURE)
+        keep |= lexical >= max(float(lexical.max()) * 0.5, 1e-9)
+        keep[int(np.argmax(mine))] = True
+        out.append(Span(" ".join(t for t, kept in zip(texts, keep, strict=True) if kept), span.start, span.end))
     return out
 
 
@@ -123,10 +178,11 @@ async def filter_context(
     scorer = Scorer(backend, embed_model, opts.rerank_model)
     tokens = [count_tokens(s.text) for s in spans]
     scores = await scorer(query, [s.text for s in spans])
-    keep = select(scores, tokens, opts)
+    rel = relevance(scores, bm25(query, [s.text for s in spans]), opts.lexical_weight)
+    keep = select(scores, tokens, opts, rel)
     kept = [spans[i] for i in keep]
     if opts.sentences and kept:
-        kept = await prune_sentences(scorer, query, kept, opts.sentence_margin)
+        kept = await prune_sentences(scorer, query, kept, opts)
     out: list[dict[str, Any]] = []
     for i, span in zip(keep, kept, strict=True):
         entry: dict[str, Any] = {

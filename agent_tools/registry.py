@@ -116,6 +116,16 @@ class ToolContext:
             raise TaxonomyError(f"no taxonomy named {ref!r} (known: {known}); or pass the taxonomy itself")
         return taxonomy_file(Path(path).expanduser(), self.settings.max_taxonomy_nodes, ref)
 
+    def fitted_index(self, ref: str | dict[str, Any] | list[Any]) -> Path | None:
+        """The fitted index saved beside a named taxonomy's file (`shoal taxonomy fit`), if there is one."""
+        from agent_tools.taxonomy_fit import fitted_path
+
+        path = self.settings.taxonomies.get(ref) if isinstance(ref, str) else None
+        if path is None:
+            return None
+        fitted = fitted_path(Path(path).expanduser())
+        return fitted if fitted.is_file() else None
+
 
 _FILES: OrderedDict[tuple[str, float, int, int], Taxonomy] = OrderedDict()
 _FILES_KEPT = 16

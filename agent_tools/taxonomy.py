@@ -7,10 +7,14 @@ times the similarities of the nodes above it, so the hierarchy decides between l
 ("Dogs > Food" vs "Cats > Food"). With `rerank_model`, each level's shortlist is rescored by a
 cross-encoder (the engine's `score` task) before the beam is chosen.
 
-Confidence is the probability mass of a subtree: a softmax over the leaf scores found, next to a
-"none of these" option scored `none_score`. The answer is the deepest node on the best path whose mass
-reaches `threshold` (0 always returns a leaf), with the score and confidence of every level and the
-runner-up leaves. `strategy="flat"` scores every leaf the same way, without pruning.
+Confidence is a calibrated probability that a node is right (agent_tools/taxonomy_calibration.py): the
+subtree's mass under a softmax over the leaf scores found, next to a "none of these" option, both scaled by
+the text's own score distribution over a fixed sample of reference leaves, then mapped by a logistic fitted
+on labelled texts (the default on one set; `shoal taxonomy fit` per taxonomy). The answer is the deepest
+node on the best path whose confidence reaches `threshold` (0 always returns a leaf), with the score and
+confidence of every level and the runner-up leaves. With a reranker, or with `temperature` or `none_score`
+given, the confidence is the plain subtree mass at those absolute levels. `strategy="flat"` scores every
+leaf the same way, without pruning.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agent_tools.taxonomy_calibration import probability, spread
 from agent_tools.taxonomy_index import IndexCache, TaxonomyIndex
 from agent_tools.taxonomy_tree import Taxonomy
 
@@ -30,8 +36,9 @@ if TYPE_CHECKING:
 
     from agent_tools.backend import ModelBackend
 
-EMBED_DEFAULTS = (0.03, 0.3)  # (temperature, none_score) for cosine similarities
+EMBED_DEFAULTS = (0.03, 0.3)  # (temperature, none_score) when only one of them is given, for cosines
 RERANK_DEFAULTS = (0.1, 0.5)  # the same for cross-encoder probabilities
+DEFAULT_THRESHOLD = 0.3  # chosen on bench/data/taxonomy/support only
 FLAT_CHUNK = 64  # texts scored against every node at once by the flat strategy
 
 
@@ -41,19 +48,24 @@ class ClassifyOptions(BaseModel):
     strategy: Literal["beam", "flat"] = Field("beam", description="beam: top-down beam search; flat: every leaf")
     beam_width: int = Field(5, ge=1, le=100, description="internal nodes kept at each level")
     threshold: float = Field(
-        0.5, ge=0, le=1, description="confidence needed to go one level deeper; 0 always returns a leaf"
+        DEFAULT_THRESHOLD, ge=0, le=1, description="confidence needed to go one level deeper; 0 always returns a leaf"
     )
     alternatives: int = Field(3, ge=0, le=50, description="runner-up leaves to return")
-    ancestor_weight: float = Field(0.2, ge=0, le=10, description="weight of the ancestors' scores in a path score")
+    ancestor_weight: float = Field(0.1, ge=0, le=10, description="weight of the ancestors' scores in a path score")
     rerank_model: str | None = Field(None, description="cross-encoder that rescores each level's shortlist")
     rerank_top: int = Field(10, ge=1, le=1000, description="candidates per level rescored by rerank_model")
     temperature: float | None = Field(
-        None, gt=0, le=10, description="softmax temperature of the confidence (default 0.03, or 0.1 with a reranker)"
+        None,
+        gt=0,
+        le=10,
+        description="absolute softmax temperature of the confidence (default: calibrated to each text's scores; "
+        "0.1 with a reranker)",
     )
     none_score: float | None = Field(
         None,
         allow_inf_nan=False,
-        description="score of the 'none of these' option (default 0.3, or 0.5 with a reranker)",
+        description="absolute score of the 'none of these' option (default: calibrated to each text's scores; "
+        "0.5 with a reranker)",
     )
 
 
@@ -77,6 +89,7 @@ class Search:
     opts: ClassifyOptions
     beam: np.ndarray
     acc: np.ndarray  # per beam entry: sum of the scores of the internal nodes on its path
+    stats: tuple[float, float] = (0.0, 1.0)  # (mu, sigma) of the text's similarities to the reference leaves
     scored: dict[int, float] = field(default_factory=dict)
     found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # leaves, scores, path scores
     dot_products: int = 0  # node vectors compared with the text (the search's work; flat compares them all)
@@ -142,11 +155,19 @@ def children_of(ix: TaxonomyIndex, nodes: np.ndarray) -> tuple[np.ndarray, np.nd
     return ix.child_idx[starts[owner] + np.arange(lengths.sum()) - offsets[owner]], owner
 
 
-def run_beam(index: TaxonomyIndex, query: np.ndarray, opts: ClassifyOptions) -> Search:
-    """Embedding-only beam search for one text (no model calls: the node vectors are cached)."""
+def new_search(index: TaxonomyIndex, query: np.ndarray, opts: ClassifyOptions) -> Search:
+    """A search at the root, with the text's score distribution over the reference leaves."""
     import numpy as np
 
     search = Search(index, query, opts, np.array([0]), np.zeros(1, dtype=np.float32))
+    search.stats = spread(similarities(index.vectors, index.reference, query))
+    search.dot_products += index.reference.size
+    return search
+
+
+def run_beam(index: TaxonomyIndex, query: np.ndarray, opts: ClassifyOptions) -> Search:
+    """Embedding-only beam search for one text (no model calls: the node vectors are cached)."""
+    search = new_search(index, query, opts)
     while (level := search.expand()) is not None:
         search.advance(level)
     return search
@@ -156,10 +177,8 @@ async def run_beam_reranked(
     index: TaxonomyIndex, query: np.ndarray, text: str, opts: ClassifyOptions, backend: ModelBackend
 ) -> Search:
     """Beam search where each level's shortlist is rescored by a cross-encoder."""
-    import numpy as np
-
     t = index.taxonomy
-    search = Search(index, query, opts, np.array([0]), np.zeros(1, dtype=np.float32))
+    search = new_search(index, query, opts)
     while (level := search.expand()) is not None:
         level = search.shortlist(level, opts.rerank_top)
         texts = [t.node_text(int(i)) for i in level.nodes]
@@ -190,14 +209,21 @@ def decide(
     path_scores: np.ndarray,
     node_score: Mapping[int, float],
     opts: ClassifyOptions,
+    stats: tuple[float, float],
 ) -> dict[str, Any]:
     """The answer for one text from its candidate leaves: best path, per-level confidence, alternatives."""
     import numpy as np
 
     t = index.taxonomy
-    temperature, none_score = calibration(opts)
     order = np.argsort(-path_scores, kind="stable")
     best = int(leaves[order[0]])
+    relative = not (opts.rerank_model or opts.temperature or opts.none_score is not None)
+    cal, (mu, sigma) = index.calibration, stats
+    if relative:
+        temperature, none_score = cal.k * sigma, mu + cal.m * sigma
+    else:
+        temperature, none_score = calibration(opts)
+    d = (float(scores[order[0]]) - index.level) / sigma
     top = max(float(scores.max()), none_score)
     weights = np.exp((scores - top) / temperature)
     total = float(weights.sum() + np.exp((none_score - top) / temperature))
@@ -206,27 +232,31 @@ def decide(
     cumulative = np.concatenate(([0.0], np.cumsum(weights[by_position])))
 
     def mass(node: int) -> float:
-        """Confidence that the answer lies in node's subtree (a preorder interval of the leaves)."""
+        """The share of the softmax in node's subtree (a preorder interval of the leaves)."""
         lo, hi = np.searchsorted(positions, [node, node + t.size[node]])
         return float(cumulative[hi] - cumulative[lo]) / total
 
-    levels, chosen = [], 0
+    def confidence(share: float) -> float:
+        return probability(share, d, cal) if relative else share
+
+    levels, chosen, chosen_confidence = [], 0, 0.0
     for node in t.path(best):
-        confidence = mass(node)
-        levels.append(node_out(t, node, node_score.get(node), confidence))
-        if chosen == t.parent[node] and confidence >= opts.threshold:
-            chosen = node
+        c = confidence(mass(node))
+        levels.append(node_out(t, node, node_score.get(node), c))
+        if chosen == t.parent[node] and c >= opts.threshold:
+            chosen, chosen_confidence = node, c
     alternatives = []
     for k in order[1 : 1 + opts.alternatives]:
-        alternatives.append(node_out(t, int(leaves[k]), float(scores[k]), float(weights[k]) / total, path_scores[k]))
+        share = float(weights[k]) / total
+        alternatives.append(node_out(t, int(leaves[k]), float(scores[k]), confidence(share), path_scores[k]))
     return {
         "label": t.labels[chosen],
         "id": t.ids[chosen] if chosen else None,
         "path": [t.names[n] for n in t.path(chosen)],
         "is_leaf": bool(chosen and not t.children[chosen]),
-        "confidence": round(mass(chosen), 6) if chosen else None,
+        "confidence": round(chosen_confidence, 6) if chosen else None,
         "levels": levels,
-        "best_leaf": node_out(t, best, float(scores[order[0]]), mass(best), path_scores[order[0]]),
+        "best_leaf": node_out(t, best, float(scores[order[0]]), confidence(mass(best)), path_scores[order[0]]),
         "alternatives": alternatives,
     }
 
@@ -255,9 +285,18 @@ async def classify(
     model: str,
     opts: ClassifyOptions,
     cache: IndexCache,
+    fitted: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Classify a batch: one encode call for all texts; the node vectors come from the cache."""
-    index = await cache.get(taxonomy, backend, model)
+    """Classify a batch: one encode call for all texts; the node vectors come from the cache (or from a
+    fitted index file)."""
+    index = await cache.get(taxonomy, backend, model, fitted)
+    return await classify_index(texts, index, backend, model, opts)
+
+
+async def classify_index(
+    texts: list[str], index: TaxonomyIndex, backend: ModelBackend, model: str, opts: ClassifyOptions
+) -> list[dict[str, Any]]:
+    """Classify a batch against a built index."""
     queries = await backend.embed(model, texts, is_query=True)
     if opts.strategy == "flat":
         return await flat(index, texts, queries, opts, backend)
@@ -282,7 +321,15 @@ def _answer(search: Search) -> dict[str, Any]:
 
     leaves, scores, paths = (np.concatenate(part) for part in zip(*search.found, strict=True))
     node_scores = search.scored | dict(zip(leaves.tolist(), scores.tolist(), strict=True))
-    return decide(search.index, leaves, scores.astype(np.float64), paths.astype(np.float64), node_scores, search.opts)
+    return decide(
+        search.index,
+        leaves,
+        scores.astype(np.float64),
+        paths.astype(np.float64),
+        node_scores,
+        search.opts,
+        search.stats,
+    )
 
 
 async def flat(
@@ -307,7 +354,8 @@ async def flat(
             )
             paths = leaf_scores
         node_score = _LazyScores(index, queries[k], leaves, leaf_scores)
-        out.append(decide(index, leaves, leaf_scores, paths, node_score, opts))
+        stats = spread(similarities(index.vectors, index.reference, queries[k]))
+        out.append(decide(index, leaves, leaf_scores, paths, node_score, opts, stats))
     return out
 
 

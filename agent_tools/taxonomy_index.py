@@ -1,9 +1,12 @@
 """Node embeddings of a taxonomy, built once per (taxonomy digest, model) and kept in a bounded LRU cache.
 
-Leaves are represented by the embedding of their own text ("name: description. For example: ...").
-An internal node is represented by a prototype: its own text's embedding mixed with the mean of its
-children's prototypes, so "Gaming" also looks like the consoles and controllers under it. Both live in
-one matrix `vectors`, row i for node i (the root's row is unused).
+A node's own vector is the mean of two embeddings: its own text ("name: description. For example: ...")
+and the same text under its full path ("Roads > Parking > Illegal parking: ..."), so a name-only leaf
+still carries its parents' meaning. An internal node is represented by a prototype: its own vector mixed
+with the mean of its children's prototypes, so "Gaming" also looks like the consoles and controllers under
+it. Both live in one matrix `vectors`, row i for node i (the root's row is unused). An index fitted to
+labelled texts (`shoal taxonomy fit`, agent_tools/taxonomy_fit.py) replaces the leaf rows and the
+calibration; it is read from the file saved beside the taxonomy.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import asyncio
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent_tools.taxonomy_calibration import DEFAULT, REFERENCE_LEAVES, Calibration
 from agent_tools.taxonomy_tree import Taxonomy
 
 if TYPE_CHECKING:
@@ -21,7 +26,7 @@ if TYPE_CHECKING:
 
     from agent_tools.backend import ModelBackend
 
-INDEX_VERSION = "own-text+proto0.5/v1"  # part of the cache key: change it when the representation changes
+INDEX_VERSION = "own+path+proto0.5/v2"  # part of the cache key: change it when the representation changes
 SELF_WEIGHT = 0.5  # share of an internal node's own text in its prototype
 
 
@@ -39,11 +44,15 @@ class TaxonomyIndex:
     size: np.ndarray  # subtree sizes: node i's subtree is i .. i + size[i] - 1
     parent: np.ndarray
     depth: np.ndarray
+    reference: np.ndarray  # the leaves every text is compared with for its score distribution
+    level: float = 0.0  # the taxonomy's own score level (agent_tools/taxonomy_calibration.py)
+    calibration: Calibration = DEFAULT
+    fitted: str | None = None  # the fitted index file this came from, None when zero-shot
 
     @property
     def nbytes(self) -> int:
         arrays = (self.vectors, self.child_ptr, self.child_idx, self.is_leaf, self.leaves, self.size)
-        return sum(a.nbytes for a in arrays) + self.parent.nbytes + self.depth.nbytes
+        return sum(a.nbytes for a in arrays) + self.parent.nbytes + self.depth.nbytes + self.reference.nbytes
 
 
 def own_text(t: Taxonomy, i: int) -> str:
@@ -72,7 +81,17 @@ def structure(t: Taxonomy) -> dict[str, np.ndarray]:
         "size": np.asarray(t.size, dtype=np.int64),
         "parent": np.asarray(t.parent, dtype=np.int64),
         "depth": np.asarray(t.depth, dtype=np.int64),
+        "reference": reference_leaves(np.flatnonzero(is_leaf)),
     }
+
+
+def reference_leaves(leaves: np.ndarray) -> np.ndarray:
+    """At most REFERENCE_LEAVES leaves, evenly spread over the preorder (so over the whole tree)."""
+    import numpy as np
+
+    if leaves.size <= REFERENCE_LEAVES:
+        return leaves
+    return leaves[np.linspace(0, leaves.size - 1, REFERENCE_LEAVES).round().astype(np.int64)]
 
 
 def prototypes(own: np.ndarray, arrays: dict[str, np.ndarray]) -> np.ndarray:
@@ -99,15 +118,64 @@ def prototypes(own: np.ndarray, arrays: dict[str, np.ndarray]) -> np.ndarray:
     return vectors
 
 
-async def build_index(t: Taxonomy, backend: ModelBackend, model: str) -> TaxonomyIndex:
-    """Embed every node's own text once (batched through the engine) and derive the prototypes."""
+async def node_vectors(t: Taxonomy, backend: ModelBackend, model: str) -> np.ndarray:
+    """Row i: unit(mean of node i's own-text and path-text embeddings); row 0 (the root) is zero. Texts that
+    are the same (a top-level node's path is its name) are embedded once, all in one batched call."""
     import numpy as np
 
-    own = await backend.embed(model, [own_text(t, i) for i in range(1, len(t))])
-    own = np.concatenate([np.zeros((1, own.shape[1]), dtype=np.float32), own])
+    own = [own_text(t, i) for i in range(1, len(t))]
+    path = [t.node_text(i) for i in range(1, len(t))]
+    unique = list(dict.fromkeys(own + path))
+    where = {text: k for k, text in enumerate(unique)}
+    embedded = await backend.embed(model, unique)
+    mixed = embedded[[where[x] for x in own]] + embedded[[where[x] for x in path]]
+    mixed /= np.maximum(np.linalg.norm(mixed, axis=1, keepdims=True), 1e-12)
+    return np.concatenate([np.zeros((1, mixed.shape[1]), dtype=np.float32), mixed.astype(np.float32)])
+
+
+async def build_index(t: Taxonomy, backend: ModelBackend, model: str, own: np.ndarray | None = None) -> TaxonomyIndex:
+    """Embed every node once (batched through the engine), derive the prototypes and the taxonomy's level."""
+    if own is None:
+        own = await node_vectors(t, backend, model)
     arrays = structure(t)
     vectors = await asyncio.to_thread(prototypes, own, arrays)
-    return TaxonomyIndex(taxonomy=t, model=model, vectors=vectors, **arrays)
+    names = await backend.embed(model, [t.names[int(i)] for i in arrays["reference"]], is_query=True)
+    level = await asyncio.to_thread(score_level, vectors, arrays["leaves"], arrays["reference"], names)
+    return make_index(t, model, vectors, arrays, level, DEFAULT, None)
+
+
+def score_level(vectors: np.ndarray, leaves: np.ndarray, reference: np.ndarray, names: np.ndarray) -> float:
+    """Mean over the reference leaves of how close the leaf's bare name (as a query) comes to the best other
+    leaf: the score an in-domain text reaches without fitting any leaf. Linear in the leaves."""
+    import numpy as np
+
+    sims = names @ vectors[leaves].T  # (reference, leaves)
+    sims[np.arange(reference.size), np.searchsorted(leaves, reference)] = -np.inf
+    return float(sims.max(axis=1).mean()) if leaves.size > 1 else 0.0
+
+
+def index_from(
+    t: Taxonomy, model: str, own: np.ndarray, level: float, calibration: Calibration, fitted: str | None
+) -> TaxonomyIndex:
+    """An index from given own vectors (a fitted index's leaf rows), level and calibration."""
+    arrays = structure(t)
+    return make_index(t, model, prototypes(own, arrays), arrays, level, calibration, fitted)
+
+
+def make_index(
+    t: Taxonomy,
+    model: str,
+    vectors: np.ndarray,
+    arrays: dict[str, np.ndarray],
+    level: float,
+    calibration: Calibration,
+    fitted: str | None,
+) -> TaxonomyIndex:
+    a = arrays
+    return TaxonomyIndex(
+        t, model, vectors, a["child_ptr"], a["child_idx"], a["is_leaf"], a["leaves"], a["size"], a["parent"],
+        a["depth"], a["reference"], level, calibration, fitted,
+    )  # fmt: skip
 
 
 class IndexCache:
@@ -117,8 +185,8 @@ class IndexCache:
     def __init__(self, max_entries: int = 8, max_bytes: int = 1 << 30) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, str, str], TaxonomyIndex] = OrderedDict()
-        self._building: dict[tuple[str, str, str], asyncio.Future[TaxonomyIndex]] = {}
+        self._items: OrderedDict[tuple[str, ...], TaxonomyIndex] = OrderedDict()
+        self._building: dict[tuple[str, ...], asyncio.Future[TaxonomyIndex]] = {}
         self._lock = threading.Lock()  # the blocking tool functions may use the cache from several threads
         self.hits = self.misses = 0
 
@@ -129,8 +197,12 @@ class IndexCache:
     def nbytes(self) -> int:
         return sum(i.nbytes for i in self._items.values())
 
-    async def get(self, t: Taxonomy, backend: ModelBackend, model: str) -> TaxonomyIndex:
-        key = (t.digest, model, INDEX_VERSION)
+    async def get(self, t: Taxonomy, backend: ModelBackend, model: str, fitted: Path | None = None) -> TaxonomyIndex:
+        """The index of (t, model): built once, or read from a fitted index file when one is given."""
+        key: tuple[str, ...] = (t.digest, model, INDEX_VERSION)
+        if fitted is not None:
+            stat = fitted.stat()
+            key += (str(fitted.resolve()), str(stat.st_mtime_ns), str(stat.st_size))
         with self._lock:
             if key in self._items:
                 self.hits += 1
@@ -143,7 +215,12 @@ class IndexCache:
         future: asyncio.Future[TaxonomyIndex] = asyncio.get_running_loop().create_future()
         self._building[key] = future
         try:
-            index = await build_index(t, backend, model)
+            if fitted is not None:
+                from agent_tools.taxonomy_fit import load_fitted
+
+                index = await asyncio.to_thread(load_fitted, fitted, t, model)
+            else:
+                index = await build_index(t, backend, model)
         except BaseException as e:
             future.set_exception(e)
             future.exception()  # retrieved: a failed build with no other waiter is not "never retrieved"
@@ -154,7 +231,7 @@ class IndexCache:
         self._put(key, index)
         return index
 
-    def _put(self, key: tuple[str, str, str], index: TaxonomyIndex) -> None:
+    def _put(self, key: tuple[str, ...], index: TaxonomyIndex) -> None:
         with self._lock:
             self._items[key] = index
             self._items.move_to_end(key)

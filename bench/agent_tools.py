@@ -12,6 +12,8 @@ Taxonomy, on the example product taxonomy (401 nodes, 302 leaves, 335 labelled t
 Context filter: latency of filter_context for 50 passages (MiniLM similarity; with sentence pruning; with the
 cross-encoder), against the bare model call on the same texts (the baseline, measured in the same run).
 Scaling: taxonomy parsing per node at 1k/10k/50k leaves and passage splitting per MB at 0.1/1/5 MB.
+Quality (unless --no-quality): bench/taxonomy_quality.py on the four labelled taxonomy sets, the flat
+nearest-leaf baseline beside the tool per set, and bench/context_quality.py on the two question sets.
 Writes bench/results/agent_tools.json.
 
     .venv/bin/python bench/agent_tools.py [--threads 2] [--texts 335] [--ce-texts 4] [--big-leaves 10000]
@@ -228,7 +230,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 ),
             ]
             filt = await bench_filter(engine, MODEL_ID, args.filter_calls)
-    return {"threads": args.threads, "taxonomy": rows, "filter": filt, "scaling": bench_scaling()}
+    out = {"threads": args.threads, "taxonomy": rows, "filter": filt, "scaling": bench_scaling()}
+    if args.quality:
+        from bench import context_quality, taxonomy_quality
+
+        out["taxonomy_quality"] = await taxonomy_quality.run(list(taxonomy_quality.SETS), [0, 1])
+        out["context_quality"] = await context_quality.run()
+    return out
 
 
 def report(result: dict[str, Any]) -> None:
@@ -268,6 +276,13 @@ def report(result: dict[str, Any]) -> None:
         f"  cross-encoder: {f['filter_reranker_ms']:.0f} ms (bare score of the 50 pairs: {f['score_baseline_ms']:.0f} ms,"
         f" {f['filter_reranker_ms'] / f['score_baseline_ms']:.2f}x)"
     )
+    if "taxonomy_quality" in result:
+        from bench import context_quality, taxonomy_quality
+
+        print("\ntaxonomy quality, MiniLM, default options:")
+        taxonomy_quality.report(result["taxonomy_quality"])
+        print("\ncontext filter quality, MiniLM:")
+        context_quality.report(result["context_quality"])
     s = result["scaling"]
     print(
         "\nscaling: taxonomy parse "
@@ -284,6 +299,7 @@ def main() -> None:
     ap.add_argument("--ce-texts", type=int, default=4, help="texts classified with cross-encoder rescoring")
     ap.add_argument("--big-leaves", type=int, default=10_000)
     ap.add_argument("--filter-calls", type=int, default=10)
+    ap.add_argument("--no-quality", dest="quality", action="store_false", help="skip the labelled-set figures")
     args = ap.parse_args()
     result = asyncio.run(run(args))
     report(result)

@@ -12,7 +12,7 @@ import typer
 
 from agent_tools.cli import mcp_command
 from pipeline.cli import ingest_command, reindex_command, search_command
-from shoal.commands import encode, models, serving, status, store
+from shoal.commands import encode, models, serving, status, store, taxonomy
 from shoal.commands.base import ShoalGroup
 from shoal.commands.extract import extract_command
 
@@ -48,6 +48,7 @@ app.command("delete")(store.delete_command)
 # agents
 app.command("mcp")(mcp_command)
 app.command("extract")(extract_command)
+app.add_typer(taxonomy.app, name="taxonomy")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 
 import agent_tools
 from agent_tools.config import ToolSettings
+from agent_tools.taxonomy import DEFAULT_THRESHOLD
 from agent_tools.taxonomy_index import own_text
 from tests.agent_tools_support import LABELLED, NO_LEAF, PRODUCTS, hierarchical_f1, read_jsonl
 from tests.conftest import MINILM
@@ -84,7 +85,7 @@ def test_texts_matching_no_leaf_stop_at_the_deepest_confident_node(engine: Any) 
         assert r["path"] == [level["name"] for level in r["levels"][: len(r["path"])]]
         assert r["best_leaf"]["label"] == r["levels"][-1]["label"]
         if r["label"]:
-            assert r["confidence"] >= 0.5 and r["levels"][len(r["path"]) - 1]["label"] == r["label"]
+            assert r["confidence"] >= DEFAULT_THRESHOLD and r["levels"][len(r["path"]) - 1]["label"] == r["label"]
 
 
 def test_batch_equals_one_by_one_and_the_index_is_cached(engine: Any) -> None:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from agent_tools.errors import check_count, check_text
 from agent_tools.registry import ToolContext, tool
-from agent_tools.taxonomy import ClassifyOptions, classify
+from agent_tools.taxonomy import ClassifyOptions, classify_index
 
 Text = Annotated[str, StringConstraints(min_length=1)]
 
@@ -30,8 +30,9 @@ class ClassifyTaxonomyInput(ClassifyOptions, _Request):  # fields: the request's
 @tool("classify_taxonomy", ClassifyTaxonomyInput)
 async def classify_taxonomy(ctx: ToolContext, args: ClassifyTaxonomyInput) -> dict[str, Any]:
     """Put each text into the right node of a (possibly large) hierarchical taxonomy. Returns, per text, the
-    deepest node the classifier is confident about (a leaf, or a broader category when no leaf fits), the score
-    and confidence at each level of the best path, the best leaf and runner-up leaves."""
+    deepest node the classifier is confident about (a leaf, or a broader category when no leaf fits; "" when
+    nothing fits), the score and confidence (a calibrated probability of being right) at each level of the best
+    path, the best leaf and runner-up leaves. A named taxonomy fitted with `shoal taxonomy fit` uses its fit."""
     s = ctx.settings
     check_count("texts", len(args.texts), s.max_texts)
     for i, text in enumerate(args.texts):
@@ -39,9 +40,13 @@ async def classify_taxonomy(ctx: ToolContext, args: ClassifyTaxonomyInput) -> di
     taxonomy = await asyncio.to_thread(ctx.taxonomy, args.taxonomy)
     backend = ctx.backend()
     options = ClassifyOptions.model_validate(args.model_dump(include=set(ClassifyOptions.model_fields)))
-    results = await classify(args.texts, taxonomy, backend, args.model or s.embed_model, options, ctx.cache)
+    model = args.model or s.embed_model
+    index = await ctx.cache.get(taxonomy, backend, model, ctx.fitted_index(args.taxonomy))
+    results = await classify_index(args.texts, index, backend, model, options)
+    info = {"digest": taxonomy.digest, "nodes": len(taxonomy), "leaves": len(taxonomy.leaves)}
+    info |= {"fitted": index.fitted is not None, "calibration": index.calibration.source}
     return {
         "results": results,
-        "taxonomy": {"digest": taxonomy.digest, "nodes": len(taxonomy), "leaves": len(taxonomy.leaves)},
+        "taxonomy": info,
         "model_calls": backend.calls.as_dict(),
     }

@@ -1,0 +1,282 @@
+"""Fit a taxonomy's routing to labelled texts: a light linear head over the leaves and the calibration.
+
+The labelled texts (a JSONL file of `{"text", "label"}`, the label a node's id, path or unique name, "" for
+a text that fits nothing; plus the examples written in the taxonomy file) move each leaf's vector towards
+the texts filed under it: softmax regression over the leaves on the embeddings, started from and pulled
+back towards the zero-shot vectors, with each leaf's own vector as one more training text. The calibration
+(agent_tools/taxonomy_calibration.py) is refitted on held-out predictions of a k-fold cross-validation,
+which also gives the held-out accuracy `shoal taxonomy fit` prints. The result is saved as
+`<taxonomy>.fit.npz` beside the taxonomy file; a server or `shoal mcp` serving that taxonomy by name uses it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent_tools.errors import InvalidInput, TaxonomyError
+from agent_tools.taxonomy_calibration import (
+    DEFAULT,
+    Calibration,
+    expected_calibration_error,
+    features,
+    fit_logistic,
+)
+from agent_tools.taxonomy_index import TaxonomyIndex, build_index, index_from, node_vectors
+from agent_tools.taxonomy_tree import Taxonomy
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from agent_tools.backend import ModelBackend
+
+FIT_SUFFIX = ".fit.npz"
+HEAD_SCALE, HEAD_L2, HEAD_STEPS, HEAD_RATE = 20.0, 0.1, 200, 0.5  # chosen on bench/data/taxonomy/support
+FORMAT = "shoal-taxonomy-fit/1"
+
+
+def fitted_path(taxonomy_path: Path) -> Path:
+    """Where the fitted index of a taxonomy file lives: `shop.yaml` -> `shop.fit.npz`."""
+    return taxonomy_path.with_name(taxonomy_path.stem + FIT_SUFFIX)
+
+
+def resolve_label(t: Taxonomy, label: str) -> int:
+    """A node by id, full path or (when unique) name; "" is the root: the text fits nothing."""
+    if not label:
+        return 0
+    if label in t.by_id:
+        return t.by_id[label]
+    matches = [i for i in range(1, len(t)) if t.names[i] == label]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise KeyError(f"{label!r} names {len(matches)} nodes; use the path, e.g. {t.labels[matches[0]]!r}")
+    raise KeyError(f"{label!r} is not a node of the taxonomy")
+
+
+def read_labelled(path: Path, t: Taxonomy, max_rows: int, max_chars: int) -> list[tuple[str, int]]:
+    """(text, node) pairs from a JSONL file, every bad line named: JSON, fields, labels, duplicates, limits."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidInput(f"cannot read labelled file {path}: {e}") from None
+    rows: list[tuple[str, int]] = []
+    seen: dict[str, int] = {}
+    errors: list[str] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if len(rows) >= max_rows:
+            raise InvalidInput(
+                f"{path}: more than {max_rows:,} labelled texts (SHOAL_TOOLS_MAX_LABELLED_TEXTS); "
+                "a sample of a few per node is enough"
+            )
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            errors.append(f"line {n}: not JSON ({e.msg})")
+            continue
+        text, label = (obj.get("text"), obj.get("label")) if isinstance(obj, dict) else (None, None)
+        if not isinstance(text, str) or not text.strip() or not isinstance(label, str | None):
+            errors.append(f'line {n}: expected {{"text": "...", "label": "node id, path or name"}}')
+            continue
+        if len(text) > max_chars:
+            errors.append(f"line {n}: {len(text):,} characters, over {max_chars:,} (SHOAL_TOOLS_MAX_TEXT_CHARS)")
+            continue
+        key = " ".join(text.split()).casefold()
+        if key in seen:
+            errors.append(f"line {n}: duplicate text (also line {seen[key]})")
+            continue
+        seen[key] = n
+        try:
+            rows.append((text, resolve_label(t, (label or "").strip())))
+        except KeyError as e:
+            errors.append(f"line {n}: label {e.args[0]}")
+        if len(errors) >= 20:
+            break
+    if errors:
+        raise InvalidInput(f"{path}: {len(errors)} bad line(s): " + "; ".join(errors[:20]))
+    if not rows:
+        raise InvalidInput(f'{path}: no labelled texts (one JSON object per line: {{"text", "label"}})')
+    return rows
+
+
+def taxonomy_examples(t: Taxonomy) -> list[tuple[str, int]]:
+    """The examples written in the taxonomy file, as labelled texts of their nodes."""
+    return [(x, i) for i in range(1, len(t)) for x in t.examples[i]]
+
+
+def train_head(base: np.ndarray, leaves: np.ndarray, queries: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Own vectors with the leaf rows moved by softmax regression (targets: positions in `leaves`)."""
+    import numpy as np
+
+    w0 = base[leaves].astype(np.float64)
+    x = np.concatenate([queries.astype(np.float64), w0])
+    y = np.concatenate([targets, np.arange(leaves.size)])
+    w = w0.copy()
+    for _ in range(HEAD_STEPS):
+        logits = HEAD_SCALE * x @ w.T
+        logits -= logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        p /= p.sum(axis=1, keepdims=True)
+        p[np.arange(y.size), y] -= 1
+        w -= HEAD_RATE * (HEAD_SCALE * p.T @ x / y.size + HEAD_L2 * (w - w0))
+    out = base.copy()
+    out[leaves] = (w / np.maximum(np.linalg.norm(w, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+    return out
+
+
+@dataclass
+class FitResult:
+    """The fitted leaf vectors and calibration, and what cross-validation measured."""
+
+    own: np.ndarray
+    level: float
+    calibration: Calibration
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def ancestors(t: Taxonomy, node: int) -> set[int]:
+    return set(t.path(node))
+
+
+def held_out(index: TaxonomyIndex, queries: np.ndarray, gold: list[int]) -> tuple[list[list[Any]], list[int]]:
+    """Per text: (mass, d, right) of each node on the best path, and the best leaf (beam search, defaults)."""
+    from agent_tools.taxonomy import ClassifyOptions, _answer, run_beam
+
+    identity = Calibration(DEFAULT.k, DEFAULT.m, 1.0, 0.0, 0.0, "identity")
+    index.calibration = identity  # confidence = mass, to learn the mapping from it
+    opts = ClassifyOptions(threshold=0)
+    rows, best = [], []
+    for q, g in zip(queries, gold, strict=True):
+        search = run_beam(index, q, opts)
+        answer = _answer(search)
+        d = (answer["best_leaf"]["score"] - index.level) / search.stats[1]
+        right = ancestors(index.taxonomy, g)
+        for level in answer["levels"]:
+            node = index.taxonomy.by_id[level["id"]]
+            rows.append([level["confidence"], d, node in right])
+        best.append(index.taxonomy.by_id[answer["best_leaf"]["id"]])
+    return rows, best
+
+
+async def fit(
+    t: Taxonomy, backend: ModelBackend, model: str, labelled: list[tuple[str, int]], folds: int = 5
+) -> FitResult:
+    """Cross-validate, fit the calibration on the held-out predictions, then fit the head on everything."""
+    import asyncio
+
+    import numpy as np
+
+    if len(labelled) < 2:
+        raise InvalidInput("fitting needs at least 2 labelled texts (the file and the taxonomy's examples together)")
+    base = await node_vectors(t, backend, model)
+    level = (await build_index(t, backend, model, base)).level
+    queries = await backend.embed(model, [x for x, _ in labelled], is_query=True)
+    gold = np.array([g for _, g in labelled])
+    leaves = np.flatnonzero(np.array([not c for c in t.children]) & (np.arange(len(t)) > 0))
+    position = {int(leaf): k for k, leaf in enumerate(leaves)}
+    k = max(2, min(folds, gold.size))
+    occurrence: dict[int, int] = {}
+    first: dict[int, int] = {}
+    fold = np.zeros(gold.size, dtype=np.int64)
+    for i, g in enumerate(gold.tolist()):
+        start = first.setdefault(g, len(first))
+        fold[i] = (start + occurrence.get(g, 0)) % k  # a label's texts go to different folds, in turn
+        occurrence[g] = occurrence.get(g, 0) + 1
+
+    def one_fold(f: int, own_fitted: bool) -> tuple[list[list[Any]], list[int], list[int]]:
+        train, test = fold != f, np.flatnonzero(fold == f)
+        own = base
+        if own_fitted:
+            at_leaf = train & np.isin(gold, leaves)
+            targets = np.array([position[int(g)] for g in gold[at_leaf]], dtype=np.int64)
+            own = train_head(base, leaves, queries[at_leaf], targets)
+        index = index_from(t, model, own, level, DEFAULT, None)
+        rows, best = held_out(index, queries[test], gold[test].tolist())
+        return rows, best, test.tolist()
+
+    def cross_validate(own_fitted: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows, best, order = [], [], []
+        for f in range(k):
+            r, b, o = one_fold(f, own_fitted)
+            rows += r
+            best += b
+            order += o
+        return np.array(rows, dtype=np.float64), np.array(best), np.array(order)
+
+    rows, best, order = await asyncio.to_thread(cross_validate, True)
+    _, zero_best, zero_order = await asyncio.to_thread(cross_validate, False)
+    x, y = features(rows[:, 0], rows[:, 1]), rows[:, 2]
+    w = fit_logistic(x, y)
+    source = f"fitted on {len(labelled)} labelled texts"
+    calibration = Calibration(DEFAULT.k, DEFAULT.m, float(w[0]), float(w[1]), float(w[2]), source)
+    confidence = 1 / (1 + np.exp(-(x @ w)))
+    at_leaf = np.isin(gold[order], leaves)
+    zero_at_leaf = np.isin(gold[zero_order], leaves)
+    targets = np.array([position[int(g)] for g in gold[np.isin(gold, leaves)]], dtype=np.int64)
+    own = await asyncio.to_thread(train_head, base, leaves, queries[np.isin(gold, leaves)], targets)
+    report = {
+        "labelled_texts": len(labelled),
+        "leaf_texts": int(np.isin(gold, leaves).sum()),
+        "leaves_with_texts": len(set(gold[np.isin(gold, leaves)].tolist())),
+        "leaves": int(leaves.size),
+        "folds": k,
+        "cv_top1_leaf": float(np.mean(best[at_leaf] == gold[order][at_leaf])) if at_leaf.any() else None,
+        "cv_top1_leaf_zero_shot": float(np.mean(zero_best[zero_at_leaf] == gold[zero_order][zero_at_leaf]))
+        if zero_at_leaf.any()
+        else None,
+        "cv_expected_calibration_error": expected_calibration_error(confidence, y),
+    }
+    return FitResult(own, level, calibration, report)
+
+
+def save_fitted(path: Path, t: Taxonomy, model: str, result: FitResult) -> None:
+    """One .npz (no pickles): the leaf vectors, the calibration, the taxonomy digest, the model, the report."""
+    import numpy as np
+
+    meta: dict[str, Any] = {"format": FORMAT, "digest": t.digest, "model": model}
+    meta["source"] = result.calibration.source
+    meta["report"] = result.report
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(
+        tmp,
+        own=result.own.astype(np.float32),
+        calibration=np.array(result.calibration.as_list()),
+        level=np.array(result.level),
+        meta=np.array(json.dumps(meta)),
+    )
+    tmp.replace(path)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta: dict[str, Any] = json.loads(str(z["meta"]))
+    except (OSError, ValueError, KeyError) as e:
+        raise TaxonomyError(f"fitted index {path} cannot be read: {e}") from None
+    return meta
+
+
+def load_fitted(path: Path, t: Taxonomy, model: str) -> TaxonomyIndex:
+    """The index saved by `shoal taxonomy fit`; a clear error when it belongs to another taxonomy or model."""
+    import numpy as np
+
+    meta = read_meta(path)
+    if meta.get("format") != FORMAT:
+        raise TaxonomyError(f"fitted index {path} is not a {FORMAT} file")
+    if meta["digest"] != t.digest:
+        raise TaxonomyError(
+            f"fitted index {path} was fitted to another version of this taxonomy; run `shoal taxonomy fit` again"
+        )
+    if meta["model"] != model:
+        raise TaxonomyError(f"fitted index {path} was fitted for model {meta['model']!r}, not {model!r}")
+    with np.load(path, allow_pickle=False) as z:
+        own, values, level = z["own"], z["calibration"].tolist(), float(z["level"])
+    if own.shape[0] != len(t):
+        raise TaxonomyError(f"fitted index {path} has {own.shape[0]} rows for a taxonomy of {len(t)} nodes")
+    return index_from(t, model, own, level, Calibration.from_list(values, str(meta["source"])), str(path))
