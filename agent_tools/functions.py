@@ -16,13 +16,16 @@ import atexit
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_tools.config import ToolSettings
 from agent_tools.registry import Tool, ToolContext
 
 _default: ToolContext | None = None
 _lock = threading.Lock()
+
+if TYPE_CHECKING:
+    from engine.client.protocol import ShoalClient
 
 
 def default_context() -> ToolContext:
@@ -38,7 +41,7 @@ def default_context() -> ToolContext:
         return _default
 
 
-def context_for(client: Any, settings: ToolSettings | None) -> ToolContext:
+def context_for(client: ShoalClient | None, settings: ToolSettings | None) -> ToolContext:
     if client is None:
         return default_context() if settings is None else ToolContext(default_context().client, settings)
     return ToolContext(client, settings)
@@ -60,7 +63,9 @@ def _signature(t: Tool) -> inspect.Signature:
 
 
 def async_function(t: Tool) -> Callable[..., Awaitable[dict[str, Any]]]:
-    async def call(*, client: Any = None, settings: ToolSettings | None = None, **arguments: Any) -> dict[str, Any]:
+    async def call(
+        *, client: ShoalClient | None = None, settings: ToolSettings | None = None, **arguments: Any
+    ) -> dict[str, Any]:
         return await t.run(context_for(client, settings), t.parse(arguments))
 
     call.__name__ = call.__qualname__ = f"a{t.name}"
@@ -72,7 +77,9 @@ def async_function(t: Tool) -> Callable[..., Awaitable[dict[str, Any]]]:
 
 
 def sync_function(t: Tool) -> Callable[..., dict[str, Any]]:
-    def call(*, client: Any = None, settings: ToolSettings | None = None, **arguments: Any) -> dict[str, Any]:
+    def call(
+        *, client: ShoalClient | None = None, settings: ToolSettings | None = None, **arguments: Any
+    ) -> dict[str, Any]:
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -7,7 +7,7 @@ native error body `{"detail": {"code", "message"}}` whatever app the router is m
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -20,13 +20,18 @@ from engine.wire import BodyLimits, check_shape, loads_json
 log = logging.getLogger("shoal.tools")
 TOOL_DEPTH = 64  # nesting of tool arguments (inline taxonomies nest; nothing else does)
 
+if TYPE_CHECKING:
+    from engine.client.protocol import ShoalClient
+
 
 def error_response(err: ShoalError) -> JSONResponse:
     headers = {"Retry-After": str(max(1, round(err.retry_after)))} if err.retry_after is not None else None
     return JSONResponse({"detail": err.to_dict()}, status_code=err.status, headers=headers)
 
 
-def tools_router(client: Any, settings: ToolSettings | None = None, context: ToolContext | None = None) -> APIRouter:
+def tools_router(
+    client: ShoalClient, settings: ToolSettings | None = None, context: ToolContext | None = None
+) -> APIRouter:
     """The tool endpoints over one shoal client (the serving AsyncEngine, or any SDK client)."""
     ctx = context or ToolContext(client, settings)
     router = APIRouter()

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -25,6 +25,9 @@ from agent_tools.taxonomy_index import IndexCache
 from agent_tools.taxonomy_tree import Taxonomy, build_taxonomy, load_taxonomy
 
 Runner = Callable[["ToolContext", Any], Coroutine[Any, Any, dict[str, Any]]]
+
+if TYPE_CHECKING:
+    from engine.client.protocol import ShoalClient
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,9 @@ def json_schema(model: type[BaseModel]) -> dict[str, Any]:
 class ToolContext:
     """What a tool call needs: the shoal client, settings, named taxonomies and the taxonomy index cache."""
 
-    def __init__(self, client: Any, settings: ToolSettings | None = None, cache: IndexCache | None = None) -> None:
+    def __init__(
+        self, client: ShoalClient, settings: ToolSettings | None = None, cache: IndexCache | None = None
+    ) -> None:
         self.client = client
         self.settings = settings or ToolSettings()
         self.cache = cache if cache is not None else shared_cache(self.settings)
