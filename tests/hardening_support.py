@@ -101,9 +101,9 @@ def _rerank(path: str) -> Callable[[Call], tuple[str, Any]]:
     return lambda c: (path, {"model": c.model, "query": c.text, "documents": [c.text] * c.n})
 
 
-def _cohere_embed(c: Call) -> tuple[str, Any]:
+def _cohere_embed(c: Call, path: str = "/v2/embed") -> tuple[str, Any]:
     body = {"model": c.model, "texts": [c.text] * c.n, "input_type": "search_document", "embedding_types": ["float"]}
-    return "/v2/embed", body
+    return path, body
 
 
 def _tei(path: str) -> Callable[[Call], tuple[str, Any]]:
@@ -145,6 +145,8 @@ ROUTES = [
     Route("rerank", _rerank("/v1/rerank"), openai_code, SCORER, ITEMS),
     Route("infinity rerank", _rerank("/infinity/rerank"), openai_code, SCORER, ITEMS),
     Route("cohere v2 embed", _cohere_embed, flat_code, MINILM, ITEMS),
+    # v1 serves the server's default model when the body names none, so no "required_model" case
+    Route("cohere v1 embed", lambda c: _cohere_embed(c, "/v1/embed"), flat_code, MINILM, ITEMS - {"required_model"}),
     Route("cohere v2 rerank", _rerank("/v2/rerank"), flat_code, SCORER, ITEMS),
     Route("tei embed", _tei("/embed"), flat_code, MINILM, ITEMS),
     Route("tei embed_sparse", _tei("/embed_sparse"), flat_code, MINILM, ITEMS),

@@ -75,19 +75,24 @@ def test_a_large_file_is_written_a_window_at_a_time(tmp_path: Path, engine: Any)
 
 
 class FailsOnCall:
-    """The shared engine, except that encode call number `n` fails (a window in the middle of a large file)."""
+    """The shared engine's async surface, except that encode call number `n` fails (a window in the middle of a
+    large file)."""
 
     def __init__(self, engine: Any, n: int) -> None:
-        self.engine, self.n, self.calls = engine, n, 0
+        self.inner, self.n, self.calls = engine.aio, n, 0
 
-    def models(self) -> Any:
-        return self.engine.models()
+    @property
+    def aio(self) -> FailsOnCall:
+        return self
 
-    def encode(self, *args: Any, **kwargs: Any) -> Any:
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # models, tokenizer, ...: the engine's own
+
+    async def encode(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
         if self.calls == self.n:
             raise ModelLoadFailed("the engine failed this batch")
-        return self.engine.encode(*args, **kwargs)
+        return await self.inner.encode(*args, **kwargs)
 
 
 def test_a_failed_window_leaves_no_partial_chunks(tmp_path: Path, engine: Any) -> None:
