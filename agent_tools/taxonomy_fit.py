@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent_tools.errors import InvalidInput, TaxonomyError
+from agent_tools.errors import InvalidInput
 from agent_tools.taxonomy_calibration import (
     DEFAULT,
     Calibration,
@@ -24,7 +24,7 @@ from agent_tools.taxonomy_calibration import (
     features,
     fit_logistic,
 )
-from agent_tools.taxonomy_index import TaxonomyIndex, build_index, index_from, node_vectors
+from agent_tools.taxonomy_index import FORMAT, TaxonomyIndex, build_index, index_from, node_vectors
 from agent_tools.taxonomy_tree import Taxonomy
 
 if TYPE_CHECKING:
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 FIT_SUFFIX = ".fit.npz"
 HEAD_SCALE, HEAD_L2, HEAD_STEPS, HEAD_RATE = 20.0, 0.1, 200, 0.5  # chosen on bench/data/taxonomy/support
-FORMAT = "shoal-taxonomy-fit/1"
 
 
 def fitted_path(taxonomy_path: Path) -> Path:
@@ -249,34 +248,3 @@ def save_fitted(path: Path, t: Taxonomy, model: str, result: FitResult) -> None:
         meta=np.array(json.dumps(meta)),
     )
     tmp.replace(path)
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    import numpy as np
-
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta: dict[str, Any] = json.loads(str(z["meta"]))
-    except (OSError, ValueError, KeyError) as e:
-        raise TaxonomyError(f"fitted index {path} cannot be read: {e}") from None
-    return meta
-
-
-def load_fitted(path: Path, t: Taxonomy, model: str) -> TaxonomyIndex:
-    """The index saved by `shoal taxonomy fit`; a clear error when it belongs to another taxonomy or model."""
-    import numpy as np
-
-    meta = read_meta(path)
-    if meta.get("format") != FORMAT:
-        raise TaxonomyError(f"fitted index {path} is not a {FORMAT} file")
-    if meta["digest"] != t.digest:
-        raise TaxonomyError(
-            f"fitted index {path} was fitted to another version of this taxonomy; run `shoal taxonomy fit` again"
-        )
-    if meta["model"] != model:
-        raise TaxonomyError(f"fitted index {path} was fitted for model {meta['model']!r}, not {model!r}")
-    with np.load(path, allow_pickle=False) as z:
-        own, values, level = z["own"], z["calibration"].tolist(), float(z["level"])
-    if own.shape[0] != len(t):
-        raise TaxonomyError(f"fitted index {path} has {own.shape[0]} rows for a taxonomy of {len(t)} nodes")
-    return index_from(t, model, own, level, Calibration.from_list(values, str(meta["source"])), str(path))

@@ -12,12 +12,14 @@ calibration; it is read from the file saved beside the taxonomy.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from agent_tools.errors import TaxonomyError
 from agent_tools.taxonomy_calibration import DEFAULT, REFERENCE_LEAVES, Calibration
 from agent_tools.taxonomy_tree import Taxonomy
 
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 
 INDEX_VERSION = "own+path+proto0.5/v2"  # part of the cache key: change it when the representation changes
 SELF_WEIGHT = 0.5  # share of an internal node's own text in its prototype
+
+FORMAT = "shoal-taxonomy-fit/1"  # the fitted index file `shoal taxonomy fit` saves
 
 
 @dataclass(eq=False)
@@ -216,8 +220,6 @@ class IndexCache:
         self._building[key] = future
         try:
             if fitted is not None:
-                from agent_tools.taxonomy_fit import load_fitted
-
                 index = await asyncio.to_thread(load_fitted, fitted, t, model)
             else:
                 index = await build_index(t, backend, model)
@@ -237,3 +239,34 @@ class IndexCache:
             self._items.move_to_end(key)
             while len(self._items) > self.max_entries or (len(self._items) > 1 and self.nbytes > self.max_bytes):
                 self._items.popitem(last=False)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta: dict[str, Any] = json.loads(str(z["meta"]))
+    except (OSError, ValueError, KeyError) as e:
+        raise TaxonomyError(f"fitted index {path} cannot be read: {e}") from None
+    return meta
+
+
+def load_fitted(path: Path, t: Taxonomy, model: str) -> TaxonomyIndex:
+    """The index saved by `shoal taxonomy fit`; a clear error when it belongs to another taxonomy or model."""
+    import numpy as np
+
+    meta = read_meta(path)
+    if meta.get("format") != FORMAT:
+        raise TaxonomyError(f"fitted index {path} is not a {FORMAT} file")
+    if meta["digest"] != t.digest:
+        raise TaxonomyError(
+            f"fitted index {path} was fitted to another version of this taxonomy; run `shoal taxonomy fit` again"
+        )
+    if meta["model"] != model:
+        raise TaxonomyError(f"fitted index {path} was fitted for model {meta['model']!r}, not {model!r}")
+    with np.load(path, allow_pickle=False) as z:
+        own, values, level = z["own"], z["calibration"].tolist(), float(z["level"])
+    if own.shape[0] != len(t):
+        raise TaxonomyError(f"fitted index {path} has {own.shape[0]} rows for a taxonomy of {len(t)} nodes")
+    return index_from(t, model, own, level, Calibration.from_list(values, str(meta["source"])), str(path))

@@ -16,7 +16,7 @@ from typing import Any
 from connectors.base import VectorStore, delete_source
 from connectors.filters import Cond
 from pipeline.config import ConfigError
-from pipeline.run import ManifestLike, manifest_for
+from pipeline.state import ManifestLike, manifest_for
 from pipeline.stores import open_existing, read_manifest
 
 

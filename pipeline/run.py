@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from connectors.base import CollectionSpec, StoreError, VectorStore
+from connectors.base import CollectionSpec
 from connectors.filters import Cond
 from connectors.registry import open_store
 from engine.client.calls import ModelCalls
@@ -19,10 +18,10 @@ from engine.errors import ShoalError
 from pipeline.chunking import Chunk, Chunker
 from pipeline.config import ConfigError, PipelineConfig, load_config
 from pipeline.enrich import Enricher
-from pipeline.manifest import Manifest, SourceRecord
 from pipeline.parsers import Document, ParseError, parse
 from pipeline.roots import check_root, walk_root
 from pipeline.sources import SourceError, SourceFile, read_source
+from pipeline.state import manifest_for
 from pipeline.summary import FileIssue, IngestSummary, StageClock
 
 
@@ -51,44 +50,6 @@ class _Done:
     columns: list[dict[str, Any]] = field(default_factory=list)
     ids: list[str] | None = None  # the file's last piece: every chunk id of the file (committed with it)
     total: int = 0  # chunks in the whole file
-
-
-class ManifestLike(Protocol):
-    """What a run needs of its manifest: SQLite in a folder (`Manifest`) or records in the store."""
-
-    def lock(self) -> None: ...
-    def close(self) -> None: ...
-    def sources(self, collection: str, root: str | None = None) -> dict[str, SourceRecord]: ...
-    def sources_for(self, collection: str, paths: list[str]) -> dict[str, SourceRecord]: ...
-    def add_pending(self, collection: str, root: str, items: list[tuple[str, str, list[str]]]) -> None: ...
-    def commit(self, collection: str, items: list[dict[str, Any]]) -> None: ...
-    def fail(self, collection: str, root: str, path: str, rel: str, content_hash: str | None, reason: str) -> None: ...
-    def remove(self, collection: str, paths: list[str]) -> None: ...
-    def record_root(self, collection: str, root: str, config: dict[str, Any], db: str) -> None: ...
-    def roots(self, collection: str | None = None) -> list[tuple[str, str, dict[str, Any]]]: ...
-    def collection_config(self, collection: str) -> dict[str, Any] | None: ...
-    def record_run(self, collection: str, root: str, started: float, status: str, summary: dict[str, Any]) -> None: ...
-    def source_rows(self, collection: str) -> list[dict[str, Any]]: ...
-    def last_runs(self, collection: str) -> list[dict[str, Any]]: ...
-    def forget_root(self, collection: str, root: str) -> None: ...
-    def drop(self, collection: str) -> None: ...
-
-
-def manifest_for(store: VectorStore, state: str | None = None) -> ManifestLike:
-    """The manifest of a store: SQLite in `state` (a folder) or in the store's own folder when it has one,
-    else (or with state="store") documents in the store's side collection, so a job with no volume works."""
-    if state is None and store.state_dir() is None:
-        state = "store"
-    if state == "store":
-        from pipeline.manifest_store import StoreManifest
-
-        return StoreManifest(store.state_table(), store.uri)
-    folder = Path(state).expanduser().resolve() if state else store.state_dir()
-    assert folder is not None
-    try:
-        return Manifest(folder / "manifest.sqlite")
-    except (OSError, sqlite3.Error) as e:
-        raise StoreError(f"cannot keep the ingest manifest in {folder}: {e}", code="STORE_UNAVAILABLE") from None
 
 
 def open_client(cfg: PipelineConfig) -> ModelCalls:

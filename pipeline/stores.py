@@ -12,7 +12,7 @@ from connectors.base import VectorStore
 from connectors.registry import open_store, parse_url
 from pipeline.config import ConfigError
 from pipeline.manifest import Manifest
-from pipeline.run import ManifestLike
+from pipeline.state import ManifestLike
 
 
 def open_existing(uri: str) -> VectorStore:

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from agent_tools.config import ToolSettings
 from agent_tools.errors import InvalidInput
 from agent_tools.http import tools_router
-from agent_tools.taxonomy_fit import fitted_path, load_fitted, read_labelled
+from agent_tools.taxonomy_fit import fitted_path, read_labelled
+from agent_tools.taxonomy_index import load_fitted
 from agent_tools.taxonomy_tree import load_taxonomy
 from engine.runtime import AsyncEngine
 from tests.helpers import REPO

@@ -17,7 +17,7 @@ from connectors.filters import FilterError, parse, parse_cli
 from connectors.sql import check_sql
 from pipeline import search
 from pipeline.config import PipelineConfig, Step
-from pipeline.run import manifest_for
+from pipeline.state import manifest_for
 from shoal.cli import app
 from tests.store_backends import chroma_server, store_url, unique  # noqa: F401 - chroma_server is a fixture
 

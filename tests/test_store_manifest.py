@@ -20,7 +20,7 @@ from pipeline import ingest
 from pipeline.config import PipelineConfig, Step
 from pipeline.manifest import Manifest, StoreLocked
 from pipeline.manifest_store import StoreManifest
-from pipeline.run import manifest_for
+from pipeline.state import manifest_for
 from tests.corpus import write_doc
 from tests.helpers import REPO, free_port
 from tests.store_backends import chroma_server, store_url, unique  # noqa: F401 - chroma_server is a fixture
