@@ -45,7 +45,10 @@ def expected() -> list[Hit]:
     return rrf_fuse([dense, lexical], TOP)
 
 
-@pytest.fixture(scope="module", params=["lancedb", "qdrant-edge", "qdrant-local-mode", "chroma-local", "chroma-http"])
+@pytest.fixture(
+    scope="module",
+    params=["lancedb", "qdrant-edge", "qdrant-local-mode", "qdrant-server", "chroma-local", "chroma-http", "weaviate"],
+)
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VectorStore]:
     name = unique("hyb")
     tmp = tmp_path_factory.mktemp(request.param)
