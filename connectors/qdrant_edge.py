@@ -54,6 +54,7 @@ class QdrantEdgeStore:
         self.path = Path(url.path or "./shoal-data").expanduser().resolve()
         self.root = open_root(self.path)
         self._closed = False
+        self._layouts: dict[str, dict[str, Any]] = {}
 
     def state_dir(self) -> Path | None:
         return self.path
@@ -72,11 +73,12 @@ class QdrantEdgeStore:
         if not _NAME.match(name) or name == STATE_PREFIX:
             raise StoreError(f"no collection {name!r} in {self.uri}", code="NO_COLLECTION")
         self.root.shard(name)
-        try:
-            layout: dict[str, Any] = json.loads((self.path / name / LAYOUT).read_text())
-        except (OSError, ValueError):
-            raise StoreError(f"collection {name!r} in {self.uri} has no readable {LAYOUT}", "STORE_CORRUPT") from None
-        return layout
+        if name not in self._layouts:
+            try:
+                self._layouts[name] = json.loads((self.path / name / LAYOUT).read_text())
+            except (OSError, ValueError):
+                raise StoreError(f"collection {name!r} in {self.uri} has no readable {LAYOUT}", "STORE_CORRUPT") from None  # fmt: skip
+        return self._layouts[name]
 
     def ensure_collection(self, spec: CollectionSpec) -> None:
         check_spec(self.uri, self.capabilities, spec)
@@ -118,6 +120,7 @@ class QdrantEdgeStore:
         )
 
     def drop_collection(self, name: str) -> bool:
+        self._layouts.pop(name, None)
         if not _NAME.match(name) or name == STATE_PREFIX:
             return False
         return self.root.drop(name)
