@@ -9,7 +9,7 @@ and segment merge), then times dense, hybrid and filtered searches (p50 / p99). 
 writes alone and with the index build, the store's resident memory (peak RSS of the child, less the rows it
 holds; for chroma-http the server's peak too), the size on disk, and which vector index answered. Ratios:
 write cost per chunk at each size over the smallest size, and each backend against LanceDB, all measured in
-the same run. Writes bench/results/connectors.json.
+the same run. Writes bench/results/connectors.json (BENCH_OUT=NAME: bench/results/NAME.json).
 
     .venv/bin/python bench/connectors.py [--sizes 10000,100000] [--queries 200] [--backends lancedb,qdrant-edge,...]
 """
@@ -267,7 +267,7 @@ def report(results: dict[str, dict[int, dict]], sizes: list[int], queries: int) 
         if base and edge and "error" not in base and "error" not in edge:
             print(f"at {n}: Qdrant Edge vs LanceDB: writes x{edge['chunks_per_s'] / base['chunks_per_s']:.2f}, "
                   f"hybrid p50 x{edge['hybrid']['p50_ms'] / base['hybrid']['p50_ms']:.2f}")  # fmt: skip
-    out = ROOT / "bench/results/connectors.json"
+    out = ROOT / f"bench/results/{os.environ.get('BENCH_OUT', 'connectors')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"dim": DIM, "queries": queries, "sizes": sizes, "filter": FILTER, "results": results}
     out.write_text(json.dumps(doc, indent=2, default=str))
