@@ -1,13 +1,17 @@
-"""Vector stores side by side: upsert throughput and search latency, same chunks, one run.
+"""Vector stores side by side and at scale: write throughput, index build, query latency, memory, disk.
 
-For every backend available here (LanceDB embedded, Qdrant local mode, Chroma PersistentClient, a real
-`chroma run` server on a free loopback port; a Qdrant server or Weaviate when QDRANT_URL / WEAVIATE_URL
-is set) it writes N chunks (384-d unit vectors, text from bench/data/passages.jsonl with entities) in
-pipeline-sized batches, then times dense and hybrid searches (p50/p99). Ratios are against LanceDB,
-measured in the same run. The upsert time of the last quarter over the first quarter checks that writes
-stay linear as the collection grows. Writes bench/results/connectors.json.
+For every backend available here (LanceDB embedded, Qdrant Edge, qdrant-client's local mode, Chroma
+PersistentClient, a real `chroma run` server on a free loopback port; a Qdrant server or Weaviate when
+QDRANT_URL / WEAVIATE_URL is set) and every size asked for, a fresh child process writes N synthetic chunks
+(384-d unit vectors, text from bench/data/passages.jsonl, metadata and entities) in pipeline-sized batches,
+builds the store's indexes (`finalize`: LanceDB FTS, scalar and IVF-PQ from 100k rows; Qdrant Edge's HNSW
+and segment merge), then times dense, hybrid and filtered searches (p50 / p99). It reports chunks/s of the
+writes alone and with the index build, the store's resident memory (peak RSS of the child, less the rows it
+holds; for chroma-http the server's peak too), the size on disk, and which vector index answered. Ratios:
+write cost per chunk at each size over the smallest size, and each backend against LanceDB, all measured in
+the same run. Writes bench/results/connectors.json (BENCH_OUT=NAME: bench/results/NAME.json).
 
-    .venv/bin/python bench/connectors.py [--chunks 10000] [--queries 200] [--backends lancedb,qdrant-local,...]
+    .venv/bin/python bench/connectors.py [--sizes 10000,100000] [--queries 200] [--backends lancedb,qdrant-edge,...]
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -28,11 +33,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from connectors import CollectionSpec, SearchRequest, open_store  # noqa: E402
+from connectors import CollectionSpec, SearchRequest, VectorStore, open_store  # noqa: E402
+from connectors.filters import parse  # noqa: E402
 
 DIM = 384
 BATCH = 512  # the pipeline's default write_batch_rows
-ALL = ["lancedb", "qdrant-local", "chroma-local", "chroma-http", "qdrant-server", "weaviate"]
+ALL = ["lancedb", "qdrant-edge", "qdrant-local", "chroma-local", "chroma-http", "qdrant-server", "weaviate"]
+FILTER = ["entity:organisation=Acme", "chunk_index<5"]  # one chunk in twelve
 
 
 def make_rows(n: int, seed: int = 0) -> list[dict]:
@@ -44,8 +51,8 @@ def make_rows(n: int, seed: int = 0) -> list[dict]:
     for i in range(n):
         org = ["Acme", "Beta", "Gamma"][i % 3]
         rows.append({
-            "id": f"chunk-{i:06d}", "text": f"{texts[i % len(texts)][:800]} ref{i}", "root": "/bench",
-            "source": f"doc-{i // 20:05d}.md", "title": f"Doc {i // 20}", "kind": "markdown", "chunk_index": i % 20,
+            "id": f"chunk-{i:07d}", "text": f"{texts[i % len(texts)][:800]} ref{i}", "root": "/bench",
+            "source": f"doc-{i // 20:06d}.md", "title": f"Doc {i // 20}", "kind": "markdown", "chunk_index": i % 20,
             "chunk_hash": f"h{i}", "doc_hash": f"d{i // 20}", "pages": [1 + i % 9], "heading_path": ["Part"],
             "char_start": 0, "char_end": 800, "n_tokens": 180, "ingested_at": 0.0, "vector": vecs[i],
             "entities": {"organisation": [org]}, "entity_tags": [f"organisation:{org}"],
@@ -74,107 +81,196 @@ class ChromaServer:
                 time.sleep(0.2)
         raise TimeoutError("chroma run did not start")
 
+    def peak_rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=15)
 
 
-def backend_uri(name: str, tmp: Path, servers: dict) -> str | None:
-    if name == "lancedb":
-        return f"lancedb://{tmp / 'lance'}"
-    if name == "qdrant-local":
-        return f"qdrant+local://{tmp / 'qdrant'}"
-    if name == "chroma-local":
-        return f"chroma+local://{tmp / 'chroma'}"
+def open_backend(name: str, tmp: Path, servers: dict) -> tuple[VectorStore | None, Path | None]:
+    """The store for a backend and the folder its data lands in (None when no server URL is set)."""
+    if name == "qdrant-local":  # qdrant-client's pure-Python local mode, kept for the comparison
+        from connectors.qdrant import QdrantStore
+
+        return QdrantStore(f"qdrant+local://{tmp / 'qdrant-local'}"), tmp / "qdrant-local"
+    local = {"lancedb": "lancedb", "qdrant-edge": "qdrant+edge", "chroma-local": "chroma+local"}
+    if name in local:
+        return open_store(f"{local[name]}://{tmp / name}"), tmp / name
     if name == "chroma-http":
         servers["chroma"] = ChromaServer(tmp / "chroma-server")
-        return f"chroma://127.0.0.1:{servers['chroma'].port}/bench"
+        return open_store(f"chroma://127.0.0.1:{servers['chroma'].port}/bench"), tmp / "chroma-server"
     env = {"qdrant-server": "QDRANT_URL", "weaviate": "WEAVIATE_URL"}[name]
     if not os.environ.get(env):
-        return None
+        return None, None
     u = urlsplit(os.environ[env])
-    scheme = "qdrant" if name == "qdrant-server" else "weaviate"
-    return f"{scheme}://{u.hostname}:{u.port}/{'Bench' if scheme == 'weaviate' else 'bench'}"
+    uri = f"qdrant://{u.hostname}:{u.port}/bench" if name == "qdrant-server" else f"weaviate://{u.hostname}:{u.port}/Bench"  # fmt: skip
+    return open_store(uri), None
 
 
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values) * 1000, q))
 
 
-def bench_one(uri: str, rows: list[dict], queries: int) -> dict:
-    store = open_store(uri)
-    coll = "bench"
-    store.drop_collection(coll)
-    store.ensure_collection(CollectionSpec(coll, DIM, entities=True))
-    batch_s = []
-    t0 = time.perf_counter()
-    for i in range(0, len(rows), BATCH):
-        t = time.perf_counter()
-        store.upsert(coll, rows[i : i + BATCH])
-        batch_s.append(time.perf_counter() - t)
-    store.finalize(coll)
-    upsert_s = time.perf_counter() - t0
-    assert store.count(coll) == len(rows)
-    q = max(1, len(batch_s) // 4)
-    rng = np.random.default_rng(1)
-    picks = rng.choice(len(rows), size=queries, replace=False)
-    out = {"chunks": len(rows), "upsert_s": upsert_s, "chunks_per_s": len(rows) / upsert_s,
-           "last_over_first_quarter": (sum(batch_s[-q:]) / q) / (sum(batch_s[:q]) / q)}  # fmt: skip
-    found = {}
-    for mode in ("dense", "hybrid"):
-        lat, top1 = [], 0
-        for i in picks:
-            noisy = rows[i]["vector"] + rng.normal(scale=0.02, size=DIM).astype(np.float32)
-            words = " ".join(rows[i]["text"].split()[:6]) + f" ref{i}"
-            req = SearchRequest(vector=noisy, text=words, mode=mode, top_k=10)
+def rss_mib() -> float:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def disk_mib(folder: Path | None) -> float | None:
+    if folder is None or not folder.exists():
+        return None
+    return sum(p.stat().st_blocks * 512 for p in folder.rglob("*") if p.is_file()) / 2**20  # allocated, not apparent
+
+
+def index_in_use(store: VectorStore, coll: str) -> str:
+    """Which vector index the store answers dense queries from, as far as it tells."""
+    name = type(store).__name__
+    if name == "LanceDBStore":
+        table = store._table(coll)  # type: ignore[attr-defined]
+        kinds = {tuple(ix.columns): ix.index_type for ix in table.list_indices()}
+        return str(kinds.get(("vector",), "none (exact scan)"))
+    if name == "QdrantEdgeStore":
+        info = store.root.shard(coll).info()  # type: ignore[attr-defined]
+        return f"HNSW over {info.indexed_vectors_count} of {info.points_count} vectors, {info.segments_count} segments"
+    if name.startswith("Chroma"):
+        return "HNSW (hnswlib, built as it writes)"
+    if name == "QdrantStore":
+        return "exact scan (local mode has no index)" if store.path is not None else "HNSW"  # type: ignore[attr-defined]
+    return "the store's own"
+
+
+def run_one(name: str, n: int, queries: int, tmp: Path) -> dict | None:
+    rows = make_rows(n)
+    base_rss = rss_mib()
+    servers: dict = {}
+    store, folder = open_backend(name, tmp, servers)
+    if store is None:
+        return None
+    try:
+        coll = "bench"
+        store.drop_collection(coll)
+        store.ensure_collection(CollectionSpec(coll, DIM, entities=True))
+        batch_s = []
+        t0 = time.perf_counter()
+        for i in range(0, len(rows), BATCH):
             t = time.perf_counter()
-            hits = store.search(coll, req)
-            lat.append(time.perf_counter() - t)
-            top1 += bool(hits) and hits[0].id == rows[i]["id"]
-        out[mode] = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "top1": top1 / queries}
-        found[mode] = top1
-    store.drop_collection(coll)
-    store.close()
-    return out
+            store.upsert(coll, rows[i : i + BATCH])
+            batch_s.append(time.perf_counter() - t)
+        write_s = time.perf_counter() - t0
+        t = time.perf_counter()
+        store.finalize(coll)
+        index_s = time.perf_counter() - t
+        assert store.count(coll) == len(rows)
+        q = max(1, len(batch_s) // 4)
+        out: dict = {
+            "chunks": n, "write_s": write_s, "index_s": index_s, "chunks_per_s": n / write_s,
+            "chunks_per_s_with_index": n / (write_s + index_s), "us_per_chunk": 1e6 * (write_s + index_s) / n,
+            "last_over_first_quarter": (sum(batch_s[-q:]) / q) / (sum(batch_s[:q]) / q),
+            "index": index_in_use(store, coll),
+        }  # fmt: skip
+        rng = np.random.default_rng(1)
+        picks = rng.choice(len(rows), size=min(queries, n), replace=False)
+        where = parse(FILTER)
+        for mode in ("dense", "hybrid", "filtered"):
+            lat, top1 = [], 0
+            for i in picks:
+                noisy = rows[i]["vector"] + rng.normal(scale=0.02, size=DIM).astype(np.float32)
+                words = " ".join(rows[i]["text"].split()[:6]) + f" ref{i}"
+                req = SearchRequest(vector=noisy, text=words, mode="hybrid" if mode == "hybrid" else "dense", top_k=10)
+                if mode == "filtered":
+                    req.where = where
+                t = time.perf_counter()
+                hits = store.search(coll, req)
+                lat.append(time.perf_counter() - t)
+                wanted = mode != "filtered" or (i % 3 == 0 and i % 20 < 5)
+                top1 += wanted and bool(hits) and hits[0].id == rows[i]["id"]
+            out[mode] = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "top1": top1 / len(picks)}
+        out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base_rss
+        if "chroma" in servers:
+            out["server_rss_mib"] = servers["chroma"].peak_rss_mib()
+        out["disk_mib"] = disk_mib(folder)
+        store.drop_collection(coll)
+        return out
+    finally:
+        store.close()
+        for s in servers.values():
+            s.stop()
+
+
+def child(name: str, n: int, queries: int) -> dict | None:
+    """One backend at one size in a fresh process: its memory and files are its own."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
+        cmd = [sys.executable, __file__, "--one", name, "--sizes", str(n), "--queries", str(queries), "--tmp", tmp]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore::FutureWarning"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            print(f"{name} at {n}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
+            return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+        got: dict | None = json.loads(proc.stdout.strip().splitlines()[-1])
+        return got
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--chunks", type=int, default=10_000)
+    ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--backends", default=",".join(ALL))
+    ap.add_argument("--max-local-mode", type=int, default=10_000, help="largest size qdrant-local runs at (it is slow)")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    rows = make_rows(args.chunks)
-    results: dict[str, dict] = {}
-    servers: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            for name in args.backends.split(","):
-                uri = backend_uri(name, Path(tmp), servers)
-                if uri is None:
-                    print(f"{name:14s} skipped (no server URL set)")
-                    continue
-                results[name] = bench_one(uri, rows, args.queries)
-                print(f"{name:14s} done", flush=True)
-        finally:
-            for s in servers.values():
-                s.stop()
-    base = results.get("lancedb")
-    print(f"\n{args.chunks} chunks of {DIM}-d, batches of {BATCH}; {args.queries} queries per mode; ratios vs lancedb")
-    head = f"{'backend':14s} {'chunks/s':>9s} {'x':>6s} {'last/first':>10s} {'dense p50/p99 ms':>17s} {'x p50':>6s} {'hybrid p50/p99 ms':>18s} {'x p50':>6s}"  # noqa: E501
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.one:
+        print(json.dumps(run_one(args.one, sizes[0], args.queries, Path(args.tmp))))
+        return
+    results: dict[str, dict[int, dict]] = {}
+    for n in sizes:
+        for name in args.backends.split(","):
+            if name == "qdrant-local" and n > args.max_local_mode:
+                continue
+            r = child(name, n, args.queries)
+            if r is None:
+                print(f"{name:13s} skipped (no server URL set)")
+                continue
+            results.setdefault(name, {})[n] = r
+            print(f"{name:13s} {n:>8d} done", flush=True)
+    report(results, sizes, args.queries)
+
+
+def report(results: dict[str, dict[int, dict]], sizes: list[int], queries: int) -> None:
+    print(f"\n{DIM}-d chunks in batches of {BATCH}; {queries} queries per mode; filter {' & '.join(FILTER)}")
+    head = f"{'backend':13s} {'chunks':>8s} {'write/s':>8s} {'+index/s':>8s} {'cost x':>7s} {'dense p50/p99':>14s} {'hybrid p50/p99':>15s} {'filter p50/p99':>15s} {'RSS MiB':>8s} {'disk MiB':>8s}  index"  # noqa: E501
     print(head)
-    for name, r in results.items():
-        rx = r["chunks_per_s"] / base["chunks_per_s"] if base else float("nan")
-        dx = r["dense"]["p50_ms"] / base["dense"]["p50_ms"] if base else float("nan")
-        hx = r["hybrid"]["p50_ms"] / base["hybrid"]["p50_ms"] if base else float("nan")
-        print(f"{name:14s} {r['chunks_per_s']:9.0f} {rx:6.2f} {r['last_over_first_quarter']:10.2f} "
-              f"{r['dense']['p50_ms']:8.1f}/{r['dense']['p99_ms']:<8.1f} {dx:6.2f} "
-              f"{r['hybrid']['p50_ms']:9.1f}/{r['hybrid']['p99_ms']:<8.1f} {hx:6.2f}")  # fmt: skip
-    out = ROOT / "bench/results/connectors.json"
+    for name, by_size in results.items():
+        small = by_size.get(min(by_size)) or {}
+        for n, r in sorted(by_size.items()):
+            if "error" in r:
+                print(f"{name:13s} {n:>8d} failed: {r['error'][:80]}")
+                continue
+            cost = r["us_per_chunk"] / small["us_per_chunk"] if "us_per_chunk" in small else float("nan")
+            r["cost_per_chunk_vs_smallest"] = cost
+            lat = "".join(f" {r[m]['p50_ms']:7.1f}/{r[m]['p99_ms']:<7.1f}" for m in ("dense", "hybrid", "filtered"))
+            rss = r["rss_mib"] + r.get("server_rss_mib", 0.0)
+            disk = f"{r['disk_mib']:8.0f}" if r.get("disk_mib") is not None else f"{'-':>8s}"
+            print(f"{name:13s} {n:>8d} {r['chunks_per_s']:8.0f} {r['chunks_per_s_with_index']:8.0f} {cost:7.2f}"
+                  f"{lat} {rss:8.0f} {disk}  {r['index']}")  # fmt: skip
+    for n in sizes:
+        base = results.get("lancedb", {}).get(n)
+        edge, legacy = results.get("qdrant-edge", {}).get(n), results.get("qdrant-local", {}).get(n)
+        if edge and legacy and "error" not in edge and "error" not in legacy:
+            print(f"\nat {n}: Qdrant Edge writes {edge['chunks_per_s'] / legacy['chunks_per_s']:.0f}x the chunks/s of "
+                  f"local mode, hybrid p50 {legacy['hybrid']['p50_ms'] / edge['hybrid']['p50_ms']:.0f}x faster")  # fmt: skip
+        if base and edge and "error" not in base and "error" not in edge:
+            print(f"at {n}: Qdrant Edge vs LanceDB: writes x{edge['chunks_per_s'] / base['chunks_per_s']:.2f}, "
+                  f"hybrid p50 x{edge['hybrid']['p50_ms'] / base['hybrid']['p50_ms']:.2f}")  # fmt: skip
+    out = ROOT / f"bench/results/{os.environ.get('BENCH_OUT', 'connectors')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps({"chunks": args.chunks, "dim": DIM, "queries": args.queries, "results": results}, indent=2)
-    )
+    doc = {"dim": DIM, "queries": queries, "sizes": sizes, "filter": FILTER, "results": results}
+    out.write_text(json.dumps(doc, indent=2, default=str))
     print(f"\nwrote {out}")
 
 

@@ -31,7 +31,7 @@ from connectors.base import (
     source_counts,
 )
 from connectors.filters import ENTITY, And, Cond, Filter, Or, entity_tag, field_kind
-from connectors.fusion import rrf_fuse
+from connectors.fusion import CANDIDATES, rrf_fuse
 from connectors.registry import StoreURL, parse_url
 
 LEX_TERMS = 8  # most query terms looked up
@@ -194,8 +194,8 @@ class ChromaStore:
                 raise StoreError(f"{request.mode} search needs a query vector", code="INVALID_QUERY")
             if request.mode == "dense" or not request.text:
                 return self._dense(col, request.vector, where, k)
-            dense = self._dense(col, request.vector, where, 4 * k)
-            return rrf_fuse([dense, self._lexical(col, request.text, where, 4 * k)], k)
+            dense = self._dense(col, request.vector, where, CANDIDATES * k)
+            return rrf_fuse([dense, self._lexical(col, request.text, where, CANDIDATES * k)], k)
         except (ValueError, TypeError) as e:  # chromadb raises ValueError for a malformed where
             raise StoreError(f"Chroma search failed: {str(e).splitlines()[0][:300]}", code="INVALID_FILTER") from None
 

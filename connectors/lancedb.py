@@ -23,7 +23,7 @@ from connectors.base import (
     check_spec,
 )
 from connectors.filters import Filter
-from connectors.fusion import RRF_K, rrf_fuse
+from connectors.fusion import CANDIDATES, RRF_K, rrf_fuse
 from connectors.registry import StoreURL, parse_url
 from connectors.sql import check_sql, quote, to_sql
 
@@ -220,10 +220,10 @@ class LanceDBStore:
             return self._vector(table, request.multivector, "multivector", where, k)
         if request.vector is None:
             raise StoreError(f"{request.mode} search needs a query vector", code="INVALID_QUERY")
-        dense = self._vector(table, request.vector, "vector", where, k if request.mode == "dense" else 4 * k)
+        dense = self._vector(table, request.vector, "vector", where, k if request.mode == "dense" else CANDIDATES * k)
         if request.mode == "dense" or not request.text:
             return dense[:k]
-        return rrf_fuse([dense, self._text(table, request.text, where, 4 * k)], k)
+        return rrf_fuse([dense, self._text(table, request.text, where, CANDIDATES * k)], k)
 
     def _vector(self, table: Any, vec: np.ndarray, column: str, where: str | None, k: int) -> list[Hit]:
         q = table.search(np.asarray(vec, dtype=np.float32), vector_column_name=column).distance_type("cosine")

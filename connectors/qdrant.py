@@ -1,9 +1,8 @@
-"""Qdrant connector (server or local mode): named dense/sparse/colbert vectors, Query API hybrid with RRF.
+"""Qdrant server connector (and qdrant-client's deprecated local mode): named vectors, Query API hybrid by RRF.
 
 Vectors per point: `dense` (cosine), `lexical` (BM25 term weights computed locally, IDF applied by Qdrant),
-`sparse` (a SPLADE step's output, IDF-free) and `colbert` (multivector, MaxSim; no HNSW graph, it only
-reranks). Hybrid prefetches dense, lexical and sparse, fuses them by RRF, then reranks with `colbert`
-when the query has token vectors.
+`sparse` (a SPLADE step's output, IDF-free) and `colbert` (multivector, MaxSim; no HNSW graph). Hybrid prefetches dense, lexical, sparse and `colbert` (when the query has them) and fuses
+them by RRF with the constant every store shares (connectors/fusion.py).
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from connectors.base import (
     source_counts,
 )
 from connectors.filters import ENTITY, And, Cond, Filter, Or, entity_tag
+from connectors.fusion import CANDIDATES, QDRANT_RRF_K
 from connectors.registry import StoreURL, parse_url
 
 BATCH = 256
@@ -216,18 +216,14 @@ class QdrantStore:
         dense = np.asarray(request.vector, dtype=np.float32).tolist()
         if mode == "dense" or not request.text:
             return self._query(collection, query=dense, using="dense", query_filter=flt, limit=k)
-        wide = 4 * k
-        prefetch = [
-            models.Prefetch(query=dense, using="dense", limit=wide),
-            models.Prefetch(query=_sparse(lexical.query_vector(request.text)), using="lexical", limit=wide),
-        ]
+        wide = CANDIDATES * k
+        lists: list[tuple[Any, str]] = [(dense, "dense"), (_sparse(lexical.query_vector(request.text)), "lexical")]
         if request.sparse is not None and layout["sparse"]:
-            prefetch.append(models.Prefetch(query=_sparse(request.sparse), using="sparse", limit=wide))
-        fused = models.FusionQuery(fusion=models.Fusion.RRF)
+            lists.append((_sparse(request.sparse), "sparse"))
         if request.multivector is not None and layout["colbert"]:
-            mv = np.asarray(request.multivector, dtype=np.float32).tolist()
-            inner = models.Prefetch(prefetch=prefetch, query=fused, limit=wide)
-            return self._query(collection, prefetch=[inner], query=mv, using="colbert", query_filter=flt, limit=k)
+            lists.append((np.asarray(request.multivector, dtype=np.float32).tolist(), "colbert"))
+        prefetch = [models.Prefetch(query=q, using=using, limit=wide, filter=flt) for q, using in lists]
+        fused = models.RrfQuery(rrf=models.Rrf(k=QDRANT_RRF_K))  # the one hybrid score: connectors/fusion.py
         return self._query(collection, prefetch=prefetch, query=fused, query_filter=flt, limit=k)
 
     def _query(self, collection: str, **kwargs: Any) -> list[Hit]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from connectors.base import StoreError, VectorStore
@@ -12,14 +14,26 @@ from connectors.base import StoreError, VectorStore
 DRIVERS: dict[str, tuple[str, str, str]] = {
     "lancedb": ("connectors.lancedb", "LanceDBStore", "lancedb"),
     "qdrant": ("connectors.qdrant", "QdrantStore", "qdrant"),
-    "qdrant+local": ("connectors.qdrant", "QdrantStore", "qdrant"),
+    "qdrant+edge": ("connectors.qdrant_edge", "QdrantEdgeStore", "qdrant"),
+    "qdrant+local": ("connectors.qdrant_edge", "QdrantEdgeStore", "qdrant"),  # deprecated alias, see open_store
     "chroma": ("connectors.chroma", "ChromaStore", "chroma"),
     "chroma+local": ("connectors.chroma", "ChromaStore", "chroma"),
     "weaviate": ("connectors.weaviate", "WeaviateStore", "weaviate"),
 }
-DRIVER_PACKAGES = {"lancedb": "lancedb", "qdrant": "qdrant_client", "chroma": "chromadb", "weaviate": "weaviate"}
+DRIVER_PACKAGES = {
+    "lancedb": ("lancedb",),
+    "qdrant": ("qdrant_client", "qdrant_edge"),
+    "chroma": ("chromadb",),
+    "weaviate": ("weaviate",),
+}
+LOCAL_SCHEMES = ("lancedb", "qdrant+edge", "qdrant+local", "chroma+local")
+LOCAL_MODE_DEPRECATED = "qdrant+local:// is deprecated: new stores open on Qdrant Edge, write qdrant+edge://{path}"
+LEGACY_DEPRECATED = (
+    "{path} is a qdrant-client local-mode store (a slow pure-Python stand-in), opened as before; local mode "
+    "will be removed: re-ingest into qdrant+edge://PATH"
+)
 EXAMPLES = (
-    "lancedb://PATH, qdrant://HOST:PORT/COLLECTION, qdrant+local://PATH, chroma://HOST:PORT/COLLECTION, "
+    "lancedb://PATH, qdrant://HOST:PORT/COLLECTION, qdrant+edge://PATH, chroma://HOST:PORT/COLLECTION, "
     "chroma+local://PATH, weaviate://HOST:PORT/Collection"
 )
 
@@ -38,14 +52,14 @@ class StoreURL:
 
     @property
     def local(self) -> bool:
-        return self.scheme in ("lancedb", "qdrant+local", "chroma+local")
+        return self.scheme in LOCAL_SCHEMES
 
     def flag(self, name: str) -> bool:
         return self.params.get(name, "").lower() in ("1", "true", "yes", "on")
 
 
 def parse_url(uri: str) -> StoreURL:
-    """`lancedb://PATH` (or a bare path), `qdrant+local://PATH`, `chroma+local://PATH` are local folders;
+    """`lancedb://PATH` (or a bare path), `qdrant+edge://PATH`, `chroma+local://PATH` are local folders;
     `qdrant://`, `chroma://` and `weaviate://HOST:PORT/COLLECTION?opt=v` are servers."""
     if "://" not in uri:
         return StoreURL(uri, "lancedb", path=uri)
@@ -55,7 +69,7 @@ def parse_url(uri: str) -> StoreURL:
         raise StoreError(f"unknown store {scheme + '://'!r}; known: {EXAMPLES}", code="UNKNOWN_STORE")
     rest, _, query = rest.partition("?")
     params = dict(parse_qsl(query, keep_blank_values=True))
-    if scheme in ("lancedb", "qdrant+local", "chroma+local"):
+    if scheme in LOCAL_SCHEMES:
         return StoreURL(uri, scheme, path=unquote(rest) or "./shoal-data", params=params)
     parts = urlsplit(f"//{rest}")
     try:
@@ -74,17 +88,29 @@ def open_store(uri: str) -> VectorStore:
     """A connected store for a URI; its driver is imported here, on first use."""
     url = parse_url(uri)
     module, cls, extra = DRIVERS[url.scheme]
+    if url.scheme == "qdrant+local":
+        module, cls = _local_mode(url)
     try:
         mod = importlib.import_module(module)
     except ImportError as e:
-        package = DRIVER_PACKAGES[extra]
-        if e.name and e.name.split(".")[0] == package:
+        missing = e.name.split(".")[0] if e.name else ""
+        if missing in DRIVER_PACKAGES[extra]:
             raise StoreError(
-                f"{url.scheme}:// stores need the {package} package: pip install 'shoal[{extra}]'",
+                f"{url.scheme}:// stores need the {missing} package: pip install 'shoal[{extra}]'",
                 code="MISSING_DRIVER",
             ) from None
         raise
     return getattr(mod, cls)(url)
+
+
+def _local_mode(url: StoreURL) -> tuple[str, str]:
+    """`qdrant+local://`: a folder qdrant-client's local mode wrote opens as before; anything else on Qdrant Edge."""
+    folder = Path(url.path or "./shoal-data").expanduser()
+    if (folder / "meta.json").exists() and (folder / "collection").is_dir():
+        warnings.warn(LEGACY_DEPRECATED.format(path=folder), FutureWarning, stacklevel=3)
+        return "connectors.qdrant", "QdrantStore"
+    warnings.warn(LOCAL_MODE_DEPRECATED.format(path=url.path), FutureWarning, stacklevel=3)
+    return "connectors.qdrant_edge", "QdrantEdgeStore"
 
 
 def url_collection(uri: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Weaviate connector (weaviate-client v4): named vectors `dense` and `colbert`, BM25 + vector hybrid.
+"""Weaviate connector (weaviate-client v4): named vectors `dense` and `colbert`, BM25 + vector fused by RRF here.
 
 Chunk ids become deterministic object UUIDs (the chunk id itself is kept in `chunk_id`, as `id` is
 reserved). Metadata are typed properties (exact-match `field` tokenization for filters, `word`
@@ -18,7 +18,7 @@ import weaviate
 from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
 from weaviate.classes.init import Auth
 from weaviate.classes.query import Filter as WFilter
-from weaviate.classes.query import HybridFusion, MetadataQuery
+from weaviate.classes.query import MetadataQuery
 
 from connectors.base import (
     STATE_PREFIX,
@@ -33,6 +33,7 @@ from connectors.base import (
     source_counts,
 )
 from connectors.filters import ENTITY, And, Cond, Filter, Or, conditions, entity_tag, field_kind, matches
+from connectors.fusion import CANDIDATES, rrf_fuse
 from connectors.registry import StoreURL, parse_url
 
 BATCH = 200
@@ -200,11 +201,11 @@ class WeaviateStore:
         if request.mode == "dense" or not request.text:
             res = col.query.near_vector(near_vector=vec, target_vector="dense", limit=k, filters=flt, return_metadata=meta)  # fmt: skip
             return [_hit(o, 1.0 - (o.metadata.distance or 0.0)) for o in res.objects]
-        res = col.query.hybrid(
-            query=request.text, vector=vec, target_vector="dense", alpha=0.5, fusion_type=HybridFusion.RANKED,
-            query_properties=["text"], limit=k, filters=flt, return_metadata=meta,
-        )  # fmt: skip
-        return [_hit(o, o.metadata.score) for o in res.objects]
+        wide = CANDIDATES * k  # fused here, as every store does (connectors/fusion.py): one meaning for a score
+        dense = col.query.near_vector(near_vector=vec, target_vector="dense", limit=wide, filters=flt, return_metadata=meta)  # fmt: skip
+        words = col.query.bm25(query=request.text, query_properties=["text"], limit=wide, filters=flt, return_metadata=meta)  # fmt: skip
+        ranked = [[_hit(o, 0.0) for o in dense.objects], [_hit(o, 0.0) for o in words.objects]]
+        return rrf_fuse(ranked, k)
 
     def finalize(self, collection: str, changed: bool = True) -> None:
         """Weaviate indexes as it goes; nothing to do after a run."""

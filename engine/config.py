@@ -140,7 +140,12 @@ class EngineSettings(BaseSettings):
         default=Path("~/.cache/shoal/profiles.json").expanduser(), description="tuned profiles per (model, device)"
     )
     # distributed mode (engine/nats_queue.py): a NATS JetStream work queue instead of the in-process one
-    queue_url: str | None = Field(default=None, description="nats://host:port; None runs the in-process queue")
+    queue_url: str | None = Field(
+        default=None, description="nats://host:port, or a comma-separated list of a cluster's nodes; None: in-process"
+    )
+    queue_replicas: int = Field(
+        default=1, ge=1, le=5, description="copies of the work and dead-letter streams (3 on a cluster)"
+    )
     queue_stream: str = Field(default="SHOAL_WORK", description="work-queue stream (subjects shoal.work.<model>)")
     queue_dead_stream: str = Field(default="SHOAL_DEAD", description="dead-letter stream (subjects shoal.dead.>)")
     queue_ack_wait_s: float = Field(default=30.0, description="a pulled task not acked within this is redelivered")
@@ -148,6 +153,9 @@ class EngineSettings(BaseSettings):
     queue_pending_limit: int = Field(default=10_000, description="pending tasks past which the gateway says 503")
     queue_pending_refresh_s: float = Field(default=0.25, description="how often the gateway re-reads the pending count")
     queue_idle_poll_s: float = Field(default=1.0, description="an idle worker re-checks the stream at least this often")
+    queue_locality: bool = Field(
+        default=True, description="workers pull their resident models' tasks first; off: the fullest subject first"
+    )
     worker_models: list[str] | None = Field(default=None, description="models a worker may serve; None: any")
 
     @field_validator("cors_origins", "model_roots", mode="before")

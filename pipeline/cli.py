@@ -20,7 +20,7 @@ DbOpt = Annotated[
     str | None,
     typer.Option(
         "--db",
-        help="store URL: lancedb://PATH (default ./shoal-data), qdrant://HOST:PORT/COLL, qdrant+local://PATH, "
+        help="store URL: lancedb://PATH (default ./shoal-data), qdrant://HOST:PORT/COLL, qdrant+edge://PATH, "
         "chroma://HOST:PORT/COLL, chroma+local://PATH, weaviate://HOST:PORT/Coll",
     ),
 ]

@@ -1,6 +1,6 @@
 """The vector-store backends available in a test run, as store URLs; a real `chroma run` server for HTTP.
 
-Every backend here is a real engine: LanceDB embedded, Qdrant local mode, Chroma PersistentClient, a
+Every backend here is a real engine: LanceDB embedded, Qdrant Edge (Qdrant's engine in-process), Chroma PersistentClient, a
 Chroma server started on a free loopback port (stopped by PID), and Weaviate when WEAVIATE_URL is set.
 No package registry here ships a Qdrant server binary, so `qdrant-server` runs only when QDRANT_URL is set.
 """
@@ -21,7 +21,7 @@ import pytest
 
 from tests.helpers import free_port, stop_process
 
-BACKENDS = ["lancedb", "qdrant-local", "qdrant-server", "chroma-local", "chroma-http", "weaviate"]
+BACKENDS = ["lancedb", "qdrant-edge", "qdrant-server", "chroma-local", "chroma-http", "weaviate"]
 SERVER_BACKENDS = {"qdrant-server", "chroma-http", "weaviate"}
 
 
@@ -75,8 +75,8 @@ def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest, coll
     """A fresh store (or a fresh collection in a shared server) for one test; skips what is unavailable."""
     if backend == "lancedb":
         return f"lancedb://{tmp_path / 'lance'}"
-    if backend == "qdrant-local":
-        return f"qdrant+local://{tmp_path / 'qdrant'}"
+    if backend == "qdrant-edge":
+        return f"qdrant+edge://{tmp_path / 'qdrant'}"
     if backend == "chroma-local":
         return f"chroma+local://{tmp_path / 'chroma'}"
     if backend == "chroma-http":

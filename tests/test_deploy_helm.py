@@ -201,3 +201,19 @@ def test_chart_copies_of_rules_and_dashboards_are_in_sync():
     pairs += [(p, CHART / "files" / "dashboards" / p.name) for p in (DEPLOY / "grafana" / "dashboards").glob("*.json")]
     stale = [str(copy_) for src, copy_ in pairs if not copy_.exists() or not filecmp.cmp(src, copy_, shallow=False)]
     assert not stale, f"run deploy/helm/sync-files.sh: {stale}"
+
+
+def test_nats_replicas_3_renders_a_three_node_cluster_and_a_replicated_stream():
+    docs = manifests(render_chart({"nats": {"replicas": 3}}))
+    sts = next(d for d in of_kind(docs, "StatefulSet") if d["metadata"]["name"].endswith("-nats"))
+    assert sts["spec"]["replicas"] == 3
+    conf = next(d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-nats"))["data"]["nats.conf"]
+    assert "server_name: $POD_NAME" in conf and conf.count(".svc:6222") == 3  # a route to each node
+    envs = [{e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+            for d in of_kind(docs, "Deployment")]  # fmt: skip
+    assert envs and all(e["SHOAL_QUEUE_REPLICAS"] == "3" for e in envs)
+    single = manifests(render_chart({}))
+    conf1 = next(d for d in of_kind(single, "ConfigMap") if d["metadata"]["name"].endswith("-nats"))["data"][
+        "nats.conf"
+    ]
+    assert "cluster" not in conf1

@@ -64,7 +64,7 @@ def build(uri: str, coll: str, engine) -> PipelineConfig:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lancedb", "qdrant-local", "chroma-local", "chroma-http", "weaviate"])
+@pytest.mark.parametrize("backend", ["lancedb", "qdrant-edge", "chroma-local", "chroma-http", "weaviate"])
 def test_portable_where_through_the_sdk_on_every_store(backend, tmp_path: Path, request, engine) -> None:
     coll = unique("docs")
     uri = store_url(backend, tmp_path, request, coll)
@@ -153,7 +153,7 @@ def test_raw_sql_is_one_whole_expression() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["qdrant-local", "chroma-local"])
+@pytest.mark.parametrize("backend", ["qdrant-edge", "chroma-local"])
 def test_rerank_step_works_on_any_store(backend, tmp_path: Path, request, engine) -> None:
     from tests.tiny_models import make
 

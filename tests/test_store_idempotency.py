@@ -56,7 +56,7 @@ def store_class(uri: str) -> type:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lancedb", "qdrant-local", "chroma-local", "chroma-http", "weaviate"])
+@pytest.mark.parametrize("backend", ["lancedb", "qdrant-edge", "chroma-local", "chroma-http", "weaviate"])
 def test_error_mid_batch_then_retry_leaves_exactly_the_intended_chunks(
     backend, tmp_path: Path, request, engine, monkeypatch
 ) -> None:
@@ -128,7 +128,7 @@ def committed(folder: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scheme", ["qdrant+local", "chroma+local"])
+@pytest.mark.parametrize("scheme", ["qdrant+edge", "chroma+local"])
 def test_sigkill_mid_ingest_then_rerun_equals_clean_run(scheme: str, tmp_path: Path) -> None:
     n_docs = 32
     root = tmp_path / "docs"

@@ -83,7 +83,7 @@ def test_stateless_job_reindexes_a_server_store_incrementally(tmp_path: Path, re
 
 
 def test_store_lease_refuses_a_second_ingest_until_it_expires(tmp_path: Path) -> None:
-    store = open_store(f"qdrant+local://{tmp_path / 'q'}")
+    store = open_store(f"qdrant+edge://{tmp_path / 'q'}")
     try:
         first = StoreManifest(store.state_table(), "test", lease_s=1.5)
         second = StoreManifest(store.state_table(), "test", lease_s=1.5)
@@ -107,7 +107,7 @@ def test_store_lease_refuses_a_second_ingest_until_it_expires(tmp_path: Path) ->
 def test_state_folder_option_keeps_the_manifest_where_configured(tmp_path: Path, engine) -> None:
     root = folder(tmp_path / "docs")
     state = tmp_path / "state"
-    cfg = PipelineConfig(db=f"qdrant+local://{tmp_path / 'q'}", state=str(state))
+    cfg = PipelineConfig(db=f"qdrant+edge://{tmp_path / 'q'}", state=str(state))
     assert ingest(root, cfg, client=engine).files_processed == 3
     assert (state / "manifest.sqlite").exists() and not (tmp_path / "q" / "manifest.sqlite").exists()
     m = Manifest(state / "manifest.sqlite")
@@ -133,7 +133,7 @@ def test_bad_configuration_fails_before_any_document(tmp_path: Path, engine, req
     for db, code in [
         ("mongo://localhost/x", "UNKNOWN_STORE"),
         (f"lancedb://{blocker}/db", "STORE_UNAVAILABLE"),  # an unwritable store folder
-        (f"qdrant+local://{blocker}/db", "STORE_UNAVAILABLE"),
+        (f"qdrant+edge://{blocker}/db", "STORE_UNAVAILABLE"),
         (f"chroma+local://{blocker}/db", "STORE_UNAVAILABLE"),
         (f"qdrant://127.0.0.1:{port}/docs", "STORE_UNREACHABLE"),
         (f"chroma://127.0.0.1:{port}/docs", "STORE_UNREACHABLE"),
@@ -147,7 +147,7 @@ def test_bad_configuration_fails_before_any_document(tmp_path: Path, engine, req
         PipelineConfig(db="qdrant://h:1/docs", collection="other")
     assert PipelineConfig(db="qdrant://h:1/docs").collection == "docs"
 
-    for backend in ("qdrant-local", "chroma-local"):
+    for backend in ("qdrant-edge", "chroma-local"):
         coll = unique("dims")
         uri = store_url(backend, tmp_path / backend, request, coll)
         ok = ingest(root, PipelineConfig(db=uri, collection=coll), client=engine)

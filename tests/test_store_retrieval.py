@@ -26,7 +26,7 @@ def engine() -> Iterator[object]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lancedb", "qdrant-local", "qdrant-server", "chroma-local", "chroma-http", "weaviate"])  # fmt: skip
+@pytest.mark.parametrize("backend", ["lancedb", "qdrant-edge", "qdrant-server", "chroma-local", "chroma-http", "weaviate"])  # fmt: skip
 def test_hybrid_not_worse_than_dense_on_each_store(backend: str, tmp_path: Path, request, engine) -> None:
     coll = unique("qa")
     uri = store_url(backend, tmp_path, request, coll)

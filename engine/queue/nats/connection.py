@@ -26,8 +26,9 @@ async def connect(settings: EngineSettings, name: str) -> tuple[NATS, JetStreamC
     async def on_error(e: Exception) -> None:
         log.warning("nats: %s: %s", type(e).__name__, e)
 
+    servers = [u.strip() for u in (settings.queue_url or "nats://127.0.0.1:4222").split(",") if u.strip()]
     await nc.connect(
-        settings.queue_url or "nats://127.0.0.1:4222",
+        servers,  # a cluster's nodes: one down at start is skipped, a lost one is replaced by the next
         name=name,
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,  # type: ignore[arg-type]  # nats-py annotates int; it sleeps any float
@@ -49,6 +50,7 @@ async def ensure_streams(js: JetStreamContext, settings: EngineSettings) -> None
         max_msgs=max(settings.queue_pending_limit * 2, 1000),  # the hard cap; the gateway's cached check comes first
         discard=DiscardPolicy.NEW,
         duplicate_window=60,
+        num_replicas=settings.queue_replicas,
     )
     dead = StreamConfig(
         name=settings.queue_dead_stream,
@@ -57,6 +59,7 @@ async def ensure_streams(js: JetStreamContext, settings: EngineSettings) -> None
         storage=StorageType.FILE,
         max_age=7 * 24 * 3600,
         duplicate_window=120,
+        num_replicas=settings.queue_replicas,
     )
     for cfg in (work, dead):
         try:

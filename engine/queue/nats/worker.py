@@ -147,7 +147,8 @@ class WorkerSide:
         pending = await self._pending_tokens()
         if not pending:
             return []
-        resident = [t for t in dict.fromkeys(subject_token(m) for m in prefer) if t in pending]
+        local = self.settings.queue_locality  # off (for comparison): a plain shared queue, fullest subject first
+        resident = [t for t in dict.fromkeys(subject_token(m) for m in prefer) if t in pending] if local else []
         others = sorted((t for t in pending if t not in resident), key=lambda t: -pending[t])
         got: list[NatsDelivery] = []
         tokens = 0

@@ -81,6 +81,8 @@ ends, its last 40 characters (or "model" when nothing is left), "-", the first 1
 {{- define "shoal.commonEnv" -}}
 - name: SHOAL_QUEUE_URL
   value: {{ include "shoal.natsUrl" . | quote }}
+- name: SHOAL_QUEUE_REPLICAS
+  value: {{ ternary .Values.nats.replicas 1 .Values.nats.enabled | quote }}
 - name: SHOAL_QUEUE_STREAM
   value: {{ .Values.nats.stream | quote }}
 - name: SHOAL_QUEUE_DEAD_STREAM

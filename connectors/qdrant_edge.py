@@ -1,0 +1,323 @@
+"""Embedded Qdrant on Qdrant's own engine (Qdrant Edge): one Edge shard per collection in a local folder.
+
+`qdrant+edge://PATH` holds a marker file, a lock file and one shard folder per collection (plus `shoal_state`,
+the manifest). Vectors per point are those of the server connector: `dense` (cosine, HNSW), `lexical` (BM25
+term weights computed locally, IDF applied by the shard), `sparse` (a SPLADE step) and `colbert` (multivector,
+MaxSim, no graph). Hybrid fuses every ranking by reciprocal rank with the constant all stores share.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import qdrant_edge as qe
+
+from connectors import lexical
+from connectors.base import (
+    STATE_PREFIX,
+    Capabilities,
+    CollectionSpec,
+    Hit,
+    SearchRequest,
+    SourceCount,
+    StoreError,
+    check_spec,
+    point_id,
+    source_counts,
+)
+from connectors.edge_filters import combined, to_edge
+from connectors.edge_root import LAYOUT, EdgeRoot, open_root, release_root
+from connectors.filters import Filter
+from connectors.fusion import CANDIDATES, QDRANT_RRF_K
+from connectors.registry import StoreURL, parse_url
+
+BATCH = 512
+KEYWORD_INDEXES = ("id", "source", "root", "kind", "entity_tags", "classes", "heading_path")
+INTEGER_INDEXES = ("chunk_index", "pages")
+# fields whose values get their own HNSW links (filterable HNSW): the ones searches filter on by meaning.
+# The rest (ids, paths, one-value fields like root and kind) would each add a graph as large as the main one
+# to every index build (a fourfold build time at 100k chunks) for filters the payload index answers alone.
+GRAPH_FIELDS = ("entity_tags", "classes")
+VECTOR_KEYS = ("vector", "multivector", "sparse")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+class QdrantEdgeStore:
+    """`qdrant+edge://PATH`: Qdrant's engine in this process, one Edge shard per collection under PATH."""
+
+    capabilities = Capabilities(sparse=True, sparse_search=True, multivector=True, text=True, hybrid=True)
+
+    def __init__(self, url: StoreURL | str) -> None:
+        url = parse_url(url) if isinstance(url, str) else url
+        self.uri, self.url = url.uri, url
+        self.path = Path(url.path or "./shoal-data").expanduser().resolve()
+        self.root = open_root(self.path)
+        self._closed = False
+        self._layouts: dict[str, dict[str, Any]] = {}
+
+    def state_dir(self) -> Path | None:
+        return self.path
+
+    def state_table(self) -> EdgeState:
+        return EdgeState(self.root)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            release_root(self.path)
+
+    # -- collections ---------------------------------------------------------------------------------
+
+    def _layout(self, name: str) -> dict[str, Any]:
+        if not _NAME.match(name) or name == STATE_PREFIX:
+            raise StoreError(f"no collection {name!r} in {self.uri}", code="NO_COLLECTION")
+        self.root.shard(name)
+        if name not in self._layouts:
+            try:
+                self._layouts[name] = json.loads((self.path / name / LAYOUT).read_text())
+            except (OSError, ValueError):
+                raise StoreError(f"collection {name!r} in {self.uri} has no readable {LAYOUT}", "STORE_CORRUPT") from None  # fmt: skip
+        return self._layouts[name]
+
+    def ensure_collection(self, spec: CollectionSpec) -> None:
+        check_spec(self.uri, self.capabilities, spec)
+        if not _NAME.match(spec.name) or spec.name == STATE_PREFIX:
+            raise StoreError(
+                f"collection name {spec.name!r}: use letters, digits, _ . - (up to 128, not {STATE_PREFIX!r})",
+                code="INVALID_COLLECTION",
+            )
+        want = {"dense": spec.dense_dim, "colbert": spec.multivector_dim, "sparse": spec.sparse, "lexical": True}
+        if (self.path / spec.name / "edge_config.json").exists():
+            have = self._layout(spec.name)
+            if have != want:
+                described = ", ".join(f"{k}: {v}" for k, v in have.items())
+                raise StoreError(
+                    f"collection {spec.name!r} in {self.uri} was built with another layout ({described}), this "
+                    f"config needs ({', '.join(f'{k}: {v}' for k, v in want.items())}); use another --collection",
+                    code="SCHEMA_MISMATCH",
+                )
+            return
+        vectors = {"dense": qe.EdgeVectorParams(size=spec.dense_dim, distance=qe.Distance.Cosine)}
+        if spec.multivector_dim:
+            vectors["colbert"] = qe.EdgeVectorParams(
+                size=spec.multivector_dim, distance=qe.Distance.Cosine,
+                multivector_config=qe.MultiVectorConfig(comparator=qe.MultiVectorComparator.MaxSim),
+                hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10000),
+            )  # fmt: skip
+        sparse = {"lexical": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+        if spec.sparse:
+            sparse["sparse"] = qe.EdgeSparseVectorParams()
+        shard = self.root.create(spec.name, qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse), want)
+        for key in KEYWORD_INDEXES:
+            keyword = qe.KeywordIndexParams(enable_hnsw=key in GRAPH_FIELDS)
+            shard.update(qe.UpdateOperation.create_field_index(key, keyword))
+        for key in INTEGER_INDEXES:
+            integer = qe.IntegerIndexParams(lookup=True, range=True, enable_hnsw=False)
+            shard.update(qe.UpdateOperation.create_field_index(key, integer))
+
+    def list_collections(self) -> list[str]:
+        return sorted(
+            p.name for p in self.path.iterdir() if (p / "edge_config.json").exists() and p.name != STATE_PREFIX
+        )
+
+    def drop_collection(self, name: str) -> bool:
+        self._layouts.pop(name, None)
+        if not _NAME.match(name) or name == STATE_PREFIX:
+            return False
+        return self.root.drop(name)
+
+    # -- writes --------------------------------------------------------------------------------------
+
+    def upsert(self, collection: str, rows: list[dict[str, Any]]) -> int:
+        layout = self._layout(collection)
+        shard = self.root.shard(collection)
+        for i in range(0, len(rows), BATCH):
+            points = [_point(r, layout) for r in rows[i : i + BATCH]]
+            _write(shard, qe.UpdateOperation.upsert_points(points))
+        return len(rows)
+
+    def delete(self, collection: str, ids: list[str]) -> int:
+        shard = self.root.shard(collection)
+        removed = 0
+        for i in range(0, len(ids), 1000):
+            pids: list[Any] = [point_id(x) for x in ids[i : i + 1000]]
+            removed += len(shard.retrieve(pids, with_payload=False, with_vector=False))
+            _write(shard, qe.UpdateOperation.delete_points(pids))
+        return removed
+
+    def delete_where(self, collection: str, where: Filter) -> int:
+        shard = self.root.shard(collection)
+        flt = to_edge(where)
+        n = shard.count(qe.CountRequest(exact=True, filter=flt))
+        _write(shard, qe.UpdateOperation.delete_points_by_filter(flt))
+        return n
+
+    # -- reads ---------------------------------------------------------------------------------------
+
+    def ids_where(self, collection: str, where: Filter) -> set[str]:
+        return {p.payload["id"] for p in _scroll(self.root.shard(collection), to_edge(where), ["id"]) if p.payload}
+
+    def count(self, collection: str, where: Filter | None = None) -> int:
+        self._layout(collection)
+        flt = to_edge(where) if where is not None else None
+        return self.root.shard(collection).count(qe.CountRequest(exact=True, filter=flt))
+
+    def sources(self, collection: str) -> list[SourceCount]:
+        points = _scroll(self.root.shard(collection), None, ["root", "source"])
+        return source_counts([((p.payload or {}).get("root") or "", (p.payload or {}).get("source") or "") for p in points])  # fmt: skip
+
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+        payload: bool | list[str] = ["id", *fields] if fields else True
+        return [dict(p.payload or {}) for p in _scroll(self.root.shard(collection), None, payload)]
+
+    def search(self, collection: str, request: SearchRequest) -> list[Hit]:
+        layout = self._layout(collection)
+        shard = self.root.shard(collection)
+        flt = combined(request.where, request.native)
+        k, mode = request.top_k, request.mode
+        if mode == "text" or (mode == "hybrid" and request.vector is None and request.text):
+            return _query(
+                shard, qe.QueryRequest(with_payload=True, limit=k, query=_lexical(request.text or ""), filter=flt)
+            )
+        if mode == "sparse":
+            if request.sparse is None or not layout["sparse"]:
+                raise StoreError("sparse search needs a sparse query and a collection with a sparse step", "INVALID_QUERY")  # fmt: skip
+            q = qe.Query.Nearest(_sparse(request.sparse), using="sparse")
+            return _query(shard, qe.QueryRequest(with_payload=True, limit=k, query=q, filter=flt))
+        if mode == "multivector":
+            if request.multivector is None or not layout["colbert"]:
+                raise StoreError("multivector search needs token vectors and a collection with them", "INVALID_QUERY")
+            q = qe.Query.Nearest(_matrix(request.multivector), using="colbert")
+            return _query(shard, qe.QueryRequest(with_payload=True, limit=k, query=q, filter=flt))
+        if request.vector is None:
+            raise StoreError(f"{mode} search needs a query vector", code="INVALID_QUERY")
+        dense = qe.Query.Nearest(np.asarray(request.vector, dtype=np.float32).tolist(), using="dense")
+        if mode == "dense" or not request.text:
+            return _query(shard, qe.QueryRequest(with_payload=True, limit=k, query=dense, filter=flt))
+        wide = CANDIDATES * k
+        lists = [dense, _lexical(request.text)]
+        if request.sparse is not None and layout["sparse"]:
+            lists.append(qe.Query.Nearest(_sparse(request.sparse), using="sparse"))
+        if request.multivector is not None and layout["colbert"]:
+            lists.append(qe.Query.Nearest(_matrix(request.multivector), using="colbert"))
+        prefetch = [qe.Prefetch(limit=wide, query=q, filter=flt) for q in lists]
+        rrf: Any = qe.Fusion.Rrf(k=QDRANT_RRF_K)  # the stub types `query` as Fusion, not its Rrf variant
+        fused = qe.QueryRequest(with_payload=True, limit=k, prefetches=prefetch, query=rrf, filter=flt)
+        return _query(shard, fused)
+
+    def finalize(self, collection: str, changed: bool = True) -> None:
+        """Build the HNSW graph and merge small segments now (the optimizer would otherwise do it on later writes)."""
+        if changed:
+            shard = self.root.shard(collection)
+            with self.root.mu:
+                shard.optimize()
+                shard.flush()
+
+
+def _write(shard: qe.EdgeShard, op: qe.UpdateOperation) -> None:
+    try:
+        shard.update(op)
+    except Exception as e:  # noqa: BLE001 - the bindings raise a bare Exception (a wrong dimension, a full disk)
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise StoreError(f"Qdrant Edge refused the write: {first}", code="WRITE_FAILED") from None
+
+
+def _query(shard: qe.EdgeShard, request: qe.QueryRequest) -> list[Hit]:
+    try:
+        points = shard.query(request)
+    except Exception as e:  # noqa: BLE001 - e.g. a query vector of the wrong dimension
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise StoreError(f"Qdrant Edge search failed: {first}", code="SEARCH_FAILED") from None
+    hits = []
+    for p in points:
+        meta = dict(p.payload or {})
+        hits.append(Hit(id=meta.pop("id", str(p.id)), score=float(p.score), text=meta.pop("text", ""), metadata=meta))
+    return hits
+
+
+def _scroll(shard: qe.EdgeShard, flt: qe.Filter | None, payload: bool | list[str]) -> list[qe.Record]:
+    out: list[qe.Record] = []
+    offset = None
+    while True:
+        points, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=1000, filter=flt, with_payload=payload))
+        out += points
+        if offset is None:
+            return out
+
+
+def _point(row: dict[str, Any], layout: dict[str, Any]) -> qe.Point:
+    payload = {k: v for k, v in row.items() if k not in VECTOR_KEYS and v is not None}
+    vector: dict[str, Any] = {"dense": np.asarray(row["vector"], dtype=np.float32).tolist()}
+    vector["lexical"] = _sparse(lexical.doc_vector(row.get("text") or ""))
+    if layout["sparse"] and row.get("sparse") is not None:
+        vector["sparse"] = _sparse(row["sparse"])
+    if layout["colbert"] and row.get("multivector") is not None:
+        vector["colbert"] = _matrix(row["multivector"])
+    return qe.Point(id=point_id(row["id"]), vector=vector, payload=payload)
+
+
+def _sparse(sp: Mapping[str, Any]) -> qe.SparseVector:
+    return qe.SparseVector([int(i) for i in sp["indices"]], [float(v) for v in sp["values"]])
+
+
+def _lexical(text: str) -> qe.Query:
+    return qe.Query.Nearest(_sparse(lexical.query_vector(text)), using="lexical")
+
+
+def _matrix(mv: Any) -> list[list[float]]:
+    out: list[list[float]] = np.asarray(mv, dtype=np.float32).tolist()
+    return out
+
+
+class EdgeState:
+    """The pipeline's state as points (no vectors) of the store's `shoal_state` shard."""
+
+    def __init__(self, root: EdgeRoot) -> None:
+        self.root = root
+        with root.mu:
+            if STATE_PREFIX in root.shards or (root.path / STATE_PREFIX / "edge_config.json").exists():
+                self.shard = root.shard(STATE_PREFIX)
+            else:
+                config = qe.EdgeConfig(sparse_vectors={"none": qe.EdgeSparseVectorParams()})
+                self.shard = root.create(STATE_PREFIX, config, {"state": True})
+                for key in ("kind", "collection", "root"):
+                    self.shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
+
+    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        if not keys:
+            return {}
+        got = self.shard.retrieve([point_id(k) for k in keys], with_payload=True, with_vector=False)
+        return dict(_state_record(p) for p in got)
+
+    def put(self, records: dict[str, dict[str, Any]]) -> None:
+        points = [
+            qe.Point(id=point_id(k), vector={}, payload={
+                "key": k, "kind": d["kind"], "collection": d.get("collection"), "root": d.get("root"),
+                "doc": json.dumps(d, default=str)})
+            for k, d in records.items()
+        ]  # fmt: skip
+        for i in range(0, len(points), BATCH):
+            _write(self.shard, qe.UpdateOperation.upsert_points(points[i : i + BATCH]))
+
+    def delete(self, keys: list[str]) -> None:
+        if keys:
+            _write(self.shard, qe.UpdateOperation.delete_points([point_id(k) for k in keys]))
+
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]:
+        must: list[Any] = [qe.FieldCondition(key="kind", match=qe.MatchValue(kind))]
+        for key, value in (("collection", collection), ("root", root)):
+            if value is not None:
+                must.append(qe.FieldCondition(key=key, match=qe.MatchValue(value)))
+        return dict(_state_record(p) for p in _scroll(self.shard, qe.Filter(must=must), True))
+
+
+def _state_record(point: qe.Record) -> tuple[str, dict[str, Any]]:
+    """A state point's key and record; every state point is written with a payload and read with it."""
+    if point.payload is None:
+        raise StoreError(f"state point {point.id} in {STATE_PREFIX!r} has no payload")
+    return point.payload["key"], json.loads(point.payload["doc"])

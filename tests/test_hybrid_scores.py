@@ -1,0 +1,82 @@
+"""One meaning for a hybrid score: the same query over the same chunks gives the same order and the same
+reciprocal-rank-fusion scores (1 / (60 + rank) summed over the dense and lexical rankings) on every store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from connectors import CollectionSpec, Hit, SearchRequest, VectorStore, open_store
+from connectors.fusion import RRF_K, rrf_fuse
+from tests.store_backends import chroma_server, store_url, unique  # noqa: F401 - chroma_server is a fixture
+
+N, DIM, TOP = 40, 16, 10
+# chunk i is the (i+1)-th nearest to the query vector; chunks 3, 7, 11, ... hold the query word, chunk 39 most often
+LEXICAL = list(range(3, N, 4))
+TF = {c: 1 + n for n, c in enumerate(LEXICAL)}
+QUERY_WORD = "zebrafish"
+
+
+def rows() -> tuple[np.ndarray, list[dict]]:
+    rng = np.random.default_rng(7)
+    q = rng.normal(size=DIM)
+    q /= np.linalg.norm(q)
+    out = []
+    for i in range(N):
+        u = rng.normal(size=DIM)
+        u -= (u @ q) * q
+        u /= np.linalg.norm(u)
+        cos = 0.95 - 0.02 * i  # strictly decreasing similarity: one dense order on every store
+        v = cos * q + np.sqrt(1 - cos**2) * u
+        words = [QUERY_WORD] * TF.get(i, 0)
+        words += [f"filler{i}x{k}" for k in range(12 - len(words))]  # the same length: BM25 orders by frequency
+        out.append({
+            "id": f"c{i:02d}", "text": " ".join(words), "root": "/r", "source": f"s{i % 3}.md", "chunk_index": i,
+            "pages": [1], "heading_path": [], "vector": v.astype(np.float32), "entities": {}, "entity_tags": [],
+        })  # fmt: skip
+    return q.astype(np.float32), out
+
+
+def expected() -> list[Hit]:
+    dense = [Hit(f"c{i:02d}", 0.0, "") for i in range(N)][: 4 * TOP]
+    lexical = [Hit(f"c{i:02d}", 0.0, "") for i in sorted(LEXICAL, key=lambda c: -TF[c])]
+    return rrf_fuse([dense, lexical], TOP)
+
+
+@pytest.fixture(
+    scope="module",
+    params=["lancedb", "qdrant-edge", "qdrant-local-mode", "qdrant-server", "chroma-local", "chroma-http", "weaviate"],
+)
+def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VectorStore]:
+    name = unique("hyb")
+    tmp = tmp_path_factory.mktemp(request.param)
+    if request.param == "qdrant-local-mode":  # qdrant-client's local mode: the server connector's query path
+        from connectors.qdrant import QdrantStore
+
+        s: VectorStore = QdrantStore(f"qdrant+local://{tmp / 'legacy'}")
+    else:
+        s = open_store(store_url(request.param, tmp, request, name))
+    s.ensure_collection(CollectionSpec(name, DIM))
+    s.upsert(name, rows()[1])
+    s.finalize(name)
+    s.name = name  # type: ignore[attr-defined]
+    yield s
+    s.drop_collection(name)
+    s.close()
+
+
+def test_expected_ranking_has_no_ties() -> None:
+    scores = [h.score for h in expected()]
+    assert all(a - b > 1e-5 for a, b in zip(scores, scores[1:], strict=False)), scores
+    top = expected()[0]  # c03: 4th nearest, 10th by word frequency
+    assert top.id == "c03" and top.score == pytest.approx(1 / (RRF_K + 4) + 1 / (RRF_K + 10))
+
+
+def test_same_query_same_order_and_scores_on_every_store(store: VectorStore) -> None:
+    q, _ = rows()
+    hits = store.search(store.name, SearchRequest(vector=q, text=QUERY_WORD, mode="hybrid", top_k=TOP))  # type: ignore[attr-defined]
+    want = expected()
+    assert [h.id for h in hits] == [h.id for h in want]
+    np.testing.assert_allclose([h.score for h in hits], [h.score for h in want], rtol=1e-5)
