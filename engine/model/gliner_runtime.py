@@ -213,9 +213,7 @@ def build_runtime(folder: Path, config: dict[str, Any], device: str, dtype: torc
     try:
         import gliner  # lazily: only a GLiNER load pays for it
     except ImportError as e:
-        raise ModelLoadFailed(
-            f"GLiNER models need the gliner package: pip install 'shoal[gliner]' ({e})"
-        ) from None
+        raise ModelLoadFailed(f"GLiNER models need the gliner package: pip install 'shoal[gliner]' ({e})") from None
     _refuse_remote_code(config, folder)
     state = read_state(folder)
     has_tokenizer = (folder / "tokenizer_config.json").is_file()

@@ -252,7 +252,9 @@ def tune(
     budgets: Annotated[str | None, typer.Option(help="token budgets to try, comma-separated")] = None,
     dtypes: Annotated[
         str | None,
-        typer.Option(help="precisions to try, comma-separated (default: all this device offers, see docs/residency.md)"),
+        typer.Option(
+            help="precisions to try, comma-separated (default: all this device offers, see docs/residency.md)"
+        ),
     ] = None,
     latency_ms: Annotated[float, typer.Option(help="largest acceptable p99 batch latency")] = 500.0,
     requests: Annotated[int, typer.Option(help="synthetic inputs in the workload")] = 256,
