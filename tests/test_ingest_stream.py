@@ -116,6 +116,12 @@ def rss():
 
 class Instant:
     '''A stand-in engine that answers at once: what is measured is the pipeline (parse, chunk, write).'''
+    @property
+    def aio(self):
+        return self
+    async def tokenizer(self, model):
+        from engine.model.tokenizer import tokenizer_for
+        return tokenizer_for(model)
     async def models(self):
         return [{"name": sys.argv[3], "tasks": ["encode"], "outputs": ["dense"], "dims": {"dense": 384},
                  "max_sequence_length": 256}]

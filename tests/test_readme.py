@@ -112,7 +112,7 @@ BLOCKS: dict[tuple[str, str], Runner | str] = {
     ("docs/ingest.md", "# NEEDS GLiNER and NLI WEIGHTS: downloaded on first use with network access (see troubleshooting.md#missing-weights)"):
         skip("no GLiNER or NLI weights offline; tests/test_ingest_entities.py runs both steps on tiny models and "
              "checks the MODEL_UNAVAILABLE refusal"),
-    ("docs/stores.md", "pip install 'shoal[qdrant]'      # qdrant-client"): skip("installs packages; the dev extra has them"),
+    ("docs/stores.md", "pip install 'shoal[qdrant]'      # qdrant-client (servers) and qdrant-edge-py (embedded)"): skip("installs packages; the dev extra has them"),
     ("docs/stores.md", 'shoal search "seal" --where source=pt400-pump-manual.pdf --where pages=2    # on a list, = means "holds"'):
         run_shell,
     ("docs/performance.md", ".venv/bin/python bench/encode_throughput.py --threads 2 --repeat 2"):
