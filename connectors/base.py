@@ -11,6 +11,9 @@ from connectors.filters import And, Cond, Filter
 
 SearchMode = Literal["hybrid", "dense", "text", "sparse", "multivector"]
 STATE_PREFIX = "shoal_state"  # side collection/table holding the ingest manifest in server stores
+# the payload fields a store with payload indexes (Qdrant, a server or Edge) indexes: by keyword, and as integers
+KEYWORD_INDEXES = ("id", "source", "root", "kind", "entity_tags", "classes", "heading_path")
+INTEGER_INDEXES = ("chunk_index", "pages")
 ID_NAMESPACE = uuid.UUID("0b6c2a57-3f7e-4d4f-9a0e-6d1f0c9b7e21")
 
 

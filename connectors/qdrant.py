@@ -20,6 +20,8 @@ from qdrant_client import QdrantClient, models
 
 from connectors import lexical
 from connectors.base import (
+    INTEGER_INDEXES,
+    KEYWORD_INDEXES,
     STATE_PREFIX,
     Capabilities,
     CollectionSpec,
@@ -36,8 +38,6 @@ from connectors.fusion import CANDIDATES, QDRANT_RRF_K
 from connectors.registry import StoreURL, parse_url
 
 BATCH = 256
-KEYWORD_INDEXES = ("id", "source", "root", "kind", "entity_tags", "classes", "heading_path")
-INTEGER_INDEXES = ("chunk_index", "pages")
 VECTOR_KEYS = ("vector", "multivector", "sparse")
 
 _LOCAL: dict[str, list[Any]] = {}  # path -> [client, users]: local mode allows one client per folder

@@ -19,6 +19,8 @@ import qdrant_edge as qe
 
 from connectors import lexical
 from connectors.base import (
+    INTEGER_INDEXES,
+    KEYWORD_INDEXES,
     STATE_PREFIX,
     Capabilities,
     CollectionSpec,
@@ -37,8 +39,6 @@ from connectors.fusion import CANDIDATES, QDRANT_RRF_K
 from connectors.registry import StoreURL, parse_url
 
 BATCH = 512
-KEYWORD_INDEXES = ("id", "source", "root", "kind", "entity_tags", "classes", "heading_path")
-INTEGER_INDEXES = ("chunk_index", "pages")
 # fields whose values get their own HNSW links (filterable HNSW): the ones searches filter on by meaning.
 # The rest (ids, paths, one-value fields like root and kind) would each add a graph as large as the main one
 # to every index build (a fourfold build time at 100k chunks) for filters the payload index answers alone.

@@ -146,6 +146,21 @@ def stop_process(proc: subprocess.Popen | None) -> None:
             proc.wait()
 
 
+def wait_listening(proc: subprocess.Popen, url: str, name: str, timeout: float = 120) -> None:
+    """Poll `url` until the process answers there (any HTTP answer); fail if it exits or never listens."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"{name} exited"
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, f"{name} did not start listening"
+            time.sleep(0.2)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

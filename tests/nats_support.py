@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 
 from tests.helpers import REPO, LiveServer, free_port, stop_process
 
@@ -236,3 +238,15 @@ class NetnsCluster(NatsCluster):
             subprocess.run(["ip", "link", "del", f"{self.tag}h{i}"], capture_output=True)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
+def reference_vectors(model: str, texts: list[str]) -> dict[str, np.ndarray]:
+    """Each text's vector from the in-process engine: the answer every distributed request must give."""
+    from engine.config import EngineSettings
+    from engine.runtime import AsyncEngine
+
+    async def run() -> list[dict]:
+        async with AsyncEngine(EngineSettings()) as eng:
+            return await eng.encode(model, texts)
+
+    return {t: r["dense"] for t, r in zip(texts, asyncio.run(run()), strict=True)}

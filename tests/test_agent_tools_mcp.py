@@ -7,15 +7,13 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from typing import Any
 
-import httpx
 import pytest
 
 import agent_tools
 from tests.agent_tools_support import PRODUCTS
-from tests.helpers import REPO, free_port, stop_process
+from tests.helpers import REPO, free_port, stop_process, wait_listening
 
 ENV = {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 SERVE = [sys.executable, "-m", "shoal.cli", "mcp", "--taxonomy", f"products={PRODUCTS}"]
@@ -69,15 +67,7 @@ def test_mcp_over_streamable_http() -> None:
     proc = subprocess.Popen(cmd, env={**os.environ, **ENV}, cwd=REPO)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, "shoal mcp exited"
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline, "shoal mcp did not start listening"
-                time.sleep(0.2)
+        wait_listening(proc, url, "shoal mcp")
 
         async def main() -> None:
             async with Client(url, read_timeout_seconds=300) as client:

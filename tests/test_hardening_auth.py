@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +15,7 @@ import httpx
 import pytest
 
 from tests.hardening_support import MINILM
-from tests.helpers import REPO, LiveServer, free_port, stop_process
+from tests.helpers import REPO, LiveServer, free_port, stop_process, wait_listening
 
 pytestmark = pytest.mark.slow
 KEY, METRICS_KEY = "api-key-0123456789", "metrics-key-0123456789"
@@ -76,15 +75,7 @@ def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc = subprocess.Popen(cmd, env={**os.environ, **ENV, "SHOAL_API_KEY": KEY}, cwd=REPO)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, "shoal mcp exited"
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline, "shoal mcp did not start listening"
-                time.sleep(0.2)
+        wait_listening(proc, url, "shoal mcp")
         yield url
     finally:
         stop_process(proc)

@@ -16,11 +16,9 @@ import nats
 import numpy as np
 import pytest
 
-from engine.config import EngineSettings
-from engine.runtime import AsyncEngine
 from engine.wire import packb, unpackb
 from tests.helpers import WORDS, LiveServer
-from tests.nats_support import NatsServer, WorkerProc, gateway, scrape
+from tests.nats_support import NatsServer, WorkerProc, gateway, reference_vectors, scrape
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 MP = {"Content-Type": "application/msgpack"}
@@ -38,13 +36,7 @@ def ns(tmp_path: Path) -> Iterator[NatsServer]:
 
 @pytest.fixture(scope="module")
 def reference(tiny_bert: Path) -> dict[str, np.ndarray]:
-    """Each text's vector from the in-process engine (the answer every distributed request must give)."""
-
-    async def run() -> list[dict]:
-        async with AsyncEngine(EngineSettings()) as eng:
-            return await eng.encode(str(tiny_bert), TEXTS)
-
-    return {t: r["dense"] for t, r in zip(TEXTS, asyncio.run(run()), strict=True)}
+    return reference_vectors(str(tiny_bert), TEXTS)
 
 
 async def _load(url: str, model: str, n: int, clients: int) -> list[tuple[str, int, object]]:

@@ -17,11 +17,9 @@ import nats
 import numpy as np
 import pytest
 
-from engine.config import EngineSettings
-from engine.runtime import AsyncEngine
 from engine.wire import packb, unpackb
 from tests.helpers import WORDS, free_port
-from tests.nats_support import NatsCluster, NetnsCluster, WorkerProc, gateway, scrape
+from tests.nats_support import NatsCluster, NetnsCluster, WorkerProc, gateway, reference_vectors, scrape
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 MP = {"Content-Type": "application/msgpack"}
@@ -44,11 +42,7 @@ def cluster(tmp_path: Path) -> Iterator[NatsCluster]:
 
 @pytest.fixture(scope="module")
 def reference(tiny_bert: Path) -> dict[str, np.ndarray]:
-    async def run() -> list[dict]:
-        async with AsyncEngine(EngineSettings()) as eng:
-            return await eng.encode(str(tiny_bert), TEXTS)
-
-    return {t: r["dense"] for t, r in zip(TEXTS, asyncio.run(run()), strict=True)}
+    return reference_vectors(str(tiny_bert), TEXTS)
 
 
 @dataclass
