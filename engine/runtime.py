@@ -233,11 +233,13 @@ def _tokenizer(model: str, model_dir: Path | None, offline: bool | None) -> Text
 class Engine(SyncFacade[AsyncEngine]):
     """The in-process engine: no server, same `encode(model, items, ...)` as the HTTP clients."""
 
-    def __init__(self, settings: EngineSettings | None = None, **overrides: Any) -> None:
+    def __init__(
+        self, settings: EngineSettings | None = None, *, retry: RetryPolicy = NO_RETRY, **overrides: Any
+    ) -> None:
         settings = settings or EngineSettings(**overrides)
 
         async def make() -> AsyncEngine:
-            return await AsyncEngine(settings).start()
+            return await AsyncEngine(settings, retry=retry).start()
 
         super().__init__(make)
 

@@ -86,9 +86,10 @@ def _encode(url: str | None, api_key: str | None, model: str, texts: list[str], 
 
         with Client(url, api_key=api_key) as c:
             return c.encode(model, lines, **kwargs)
+    from engine.client.retry import RetryPolicy
     from engine.runtime import Engine
 
-    with Engine() as e:
+    with Engine(retry=RetryPolicy()) as e:  # a slow first load is waited for, as the pipeline does
         return e.encode(model, lines, **kwargs)
 
 

@@ -52,11 +52,12 @@ def extract_command(
         with Client(url, api_key=api_key) as c:
             results = c.extract(model, list(lines), labels=wanted, options=options or None)
     else:
+        from engine.client.retry import RetryPolicy
         from engine.config import EngineSettings
         from engine.runtime import Engine
 
         settings = EngineSettings(model_dir=model_dir) if model_dir else None
-        with Engine(settings) as e:
+        with Engine(settings, retry=RetryPolicy()) as e:  # a slow first load is waited for
             results = e.extract(model, list(lines), labels=wanted, options=options or None)
     for text, r in zip(lines, results, strict=True):
         print(json.dumps({"text": text, "entities": r["entities"], "classifications": r["classifications"]}))

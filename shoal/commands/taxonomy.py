@@ -54,9 +54,10 @@ def fit_command(
             async with AsyncClient(url, api_key=api_key) as client:
                 result = await fit(t, ModelBackend(client, settings.batch_size), name, rows, folds)
         else:
+            from engine.client.retry import RetryPolicy
             from engine.runtime import AsyncEngine
 
-            async with AsyncEngine() as engine:
+            async with AsyncEngine(retry=RetryPolicy()) as engine:
                 result = await fit(t, ModelBackend(engine, settings.batch_size), name, rows, folds)
         save_fitted(target, t, name, result)
         return result.report
