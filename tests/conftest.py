@@ -12,6 +12,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # tests pin their precision: the background precision tune of a first load runs only where a test turns it on
 os.environ.setdefault("SHOAL_AUTO_TUNE", "0")
+# ...and read no tuned profile a `shoal serve` on this machine stored (~/.cache/shoal/profiles.json): a bfloat16
+# profile there would change the vectors tests compare at float32 tolerances
+if "SHOAL_PROFILE_STORE" not in os.environ:
+    import tempfile
+
+    os.environ["SHOAL_PROFILE_STORE"] = str(Path(tempfile.mkdtemp(prefix="shoal-profiles-")) / "profiles.json")
 
 from tests.helpers import LiveServer, make_tiny_bert, minilm_dir  # noqa: E402
 

@@ -191,6 +191,13 @@ def test_service_monitor_scrapes_gateway_and_workers_with_pool_label():
     for name in ("rel-shoal-gateway", "rel-shoal-workers"):
         assert selector.items() <= services[name]["metadata"]["labels"].items()
     worker_endpoint = [e for e in sm["spec"]["endpoints"] if e["port"] == "metrics"][0]
+    # auth is on in these values: the gateway's metrics port needs a key, sent from the auth Secret
+    assert worker_endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "rel-shoal-auth", "key": "api-key"},
+    }
+    (plain,) = of_kind(manifests(render_chart({"metrics": {"serviceMonitor": {"enabled": True}}})), "ServiceMonitor")
+    assert "authorization" not in plain["spec"]["endpoints"][0]  # auth off: nothing to send
     assert {"sourceLabels": ["__meta_kubernetes_pod_label_shoal_dev_pool"], "targetLabel": "pool"} in worker_endpoint[
         "relabelings"
     ]

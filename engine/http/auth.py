@@ -103,9 +103,15 @@ class RateLimiter:
         return None
 
 
+METRICS_REFUSAL = (
+    "/metrics needs 'Authorization: Bearer <key>': the metrics key, or an API key when no metrics key is set"
+)
+
+
 @dataclass(frozen=True)
 class Auth:
-    """What the edge checks: API keys (None: auth off), the metrics key, and the per-key rate limit."""
+    """What the edge checks: API keys (None: auth off), the keys that open /metrics (the metrics key, else the API
+    keys; None: open), and the per-key rate limit."""
 
     keys: KeyRing | None
     metrics_keys: KeyRing | None
@@ -115,7 +121,7 @@ class Auth:
 def auth_from(settings: EngineSettings) -> Auth:
     """The gateway's auth, or AuthConfigError: it refuses to start rather than run open."""
     keys = read_keys(settings)
-    metrics: KeyRing | None = None
+    metrics: KeyRing | None = KeyRing(keys) if keys else None  # with API keys and no metrics key, they open it
     if settings.metrics_key is not None:
         metrics = KeyRing([_check_key(settings.metrics_key.strip(), "SHOAL_METRICS_KEY")])
     limiter = None

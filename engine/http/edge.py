@@ -34,7 +34,7 @@ from engine.errors import (
     ShoalError,
     Unauthorized,
 )
-from engine.http.auth import Auth, bearer, key_in_query
+from engine.http.auth import METRICS_REFUSAL, Auth, bearer, key_in_query
 from engine.http.redact import Scrub
 from engine.metrics import LATENCY, REQUESTS
 
@@ -129,7 +129,7 @@ class Edge:
         if path == "/metrics" and auth.metrics_keys is not None:
             token = bearer(scope["headers"])
             if token is None or auth.metrics_keys.match(token) is None:
-                raise Unauthorized("/metrics needs 'Authorization: Bearer <metrics key>'")
+                raise Unauthorized(METRICS_REFUSAL)
         elif auth.keys is not None and not (self.public and self.public(scope["method"], path)):
             if key_in_query(scope.get("query_string", b"")):
                 raise Unauthorized(

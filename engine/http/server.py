@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from engine.config import EngineSettings
 from engine.errors import Unauthorized
-from engine.http.auth import KeyRing, auth_from, bearer
+from engine.http.auth import METRICS_REFUSAL, KeyRing, auth_from, bearer
 from engine.http.connections import native_body, protocol_class
 
 log = logging.getLogger("shoal.http")
@@ -53,7 +53,8 @@ def connection_cap(settings: EngineSettings) -> int:
 
 
 def metrics_app(keys: KeyRing | None) -> WSGIApp:
-    """Prometheus's WSGI app, behind `Authorization: Bearer <metrics key>` when a metrics key is set."""
+    """Prometheus's WSGI app, behind `Authorization: Bearer <key>` when `keys` (the metrics key, else the API
+    keys) are set."""
     from prometheus_client import make_wsgi_app
 
     inner: WSGIApp = make_wsgi_app()
@@ -64,7 +65,7 @@ def metrics_app(keys: KeyRing | None) -> WSGIApp:
         token = bearer([(b"authorization", environ.get("HTTP_AUTHORIZATION", "").encode("latin-1"))])
         if token is not None and keys.match(token) is not None:
             return inner(environ, start_response)
-        err = Unauthorized("/metrics needs 'Authorization: Bearer <metrics key>'")
+        err = Unauthorized(METRICS_REFUSAL)
         body = json.dumps({"detail": err.to_dict()}).encode()
         headers = [("Content-Type", "application/json"), ("WWW-Authenticate", "Bearer")]
         start_response("401 Unauthorized", [*headers, ("Content-Length", str(len(body)))])
@@ -82,11 +83,13 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
-def start_metrics_server(settings: EngineSettings) -> None:
-    """/metrics on its own port, in a daemon thread; SHOAL_METRICS_KEY guards it as it guards the API port's."""
+def start_metrics_server(settings: EngineSettings) -> WSGIServer:
+    """/metrics on its own port, in a daemon thread, behind the same keys as on the API port: SHOAL_METRICS_KEY,
+    else the API keys (open only when neither is set)."""
     keys = auth_from(settings).metrics_keys
     server = make_server(settings.host, settings.metrics_port or 0, metrics_app(keys), _ThreadingServer, _QuietHandler)
     threading.Thread(target=server.serve_forever, name="shoal-metrics", daemon=True).start()
+    return server  # serving until the process ends, or its shutdown()
 
 
 def serve_app(app: FastAPI, settings: EngineSettings, log_level: str = "info") -> None:

@@ -21,6 +21,9 @@ class _LocalDelivery:
     async def ack(self, result: Result) -> None:
         if not self.future.done():
             self.future.set_result(result)
+        # one turn of the event loop per answer: a batch of hundreds settles as a stream of replies, with the
+        # loop reading sockets (a /healthz probe among them) between them, not as one burst that holds it
+        await asyncio.sleep(0)
 
     async def nak(self, delay: float = 0.0) -> None:
         if delay:
