@@ -36,7 +36,9 @@ def scrape(settings: EngineSettings, token: str | None) -> httpx.Response:
     ],
     ids=["api-none", "api-wrong", "api-good", "both-api", "both-metrics", "metrics-none", "open"],
 )
-def test_the_metrics_port_takes_the_keys_that_open_metrics(keys: dict[str, str], token: str | None, status: int) -> None:
+def test_the_metrics_port_takes_the_keys_that_open_metrics(
+    keys: dict[str, str], token: str | None, status: int
+) -> None:
     settings = EngineSettings(host="127.0.0.1", metrics_port=free_port(), **keys)
     r = scrape(settings, token)
     assert r.status_code == status, r.text[:200]
