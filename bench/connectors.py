@@ -4,7 +4,7 @@ For every backend available here (LanceDB embedded, Qdrant Edge, qdrant-client's
 PersistentClient, a real `chroma run` server on a free loopback port; a Qdrant server or Weaviate when
 QDRANT_URL / WEAVIATE_URL is set) and every size asked for, a fresh child process writes N synthetic chunks
 (384-d unit vectors, text from bench/data/passages.jsonl, metadata and entities) in pipeline-sized batches,
-builds the store's indexes (`finalize`: LanceDB FTS, scalar and IVF-PQ from 100k rows; Qdrant Edge's HNSW
+builds the store's indexes (`finalize`: LanceDB FTS, scalar from 1k rows, IVF_SQ from 50k rows; Qdrant Edge's HNSW
 and segment merge), then times dense, hybrid and filtered searches (p50 / p99). It reports chunks/s of the
 writes alone and with the index build, the store's resident memory (peak RSS of the child, less the rows it
 holds; for chroma-http the server's peak too), the size on disk, and which vector index answered. Ratios:

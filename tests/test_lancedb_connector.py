@@ -116,3 +116,27 @@ def test_multivector_and_sparse_columns(tmp_path: Path) -> None:
     assert len(got["id-2"]["multivector"]) == 5 and got["id-2"]["sparse"] == {"indices": [2, 102], "values": [1.0, 0.5]}
     hits = s.search("m", SearchRequest(multivector=rows[4]["multivector"], mode="multivector", top_k=2))
     assert hits[0].id == "id-4", "MaxSim of a document's own token vectors is the best match"
+
+
+def test_a_large_table_gets_an_ivf_sq_index_that_finds_stored_vectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import connectors.lancedb as lance_connector
+
+    monkeypatch.setattr(lance_connector, "VECTOR_INDEX_MIN_ROWS", 4096)  # the index at a test's size
+    dim, n = 64, 4096
+    vectors = np.random.default_rng(3).normal(size=(n, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    s = open_store(f"lancedb://{tmp_path / 'db'}")
+    s.ensure_collection(CollectionSpec("big", dim))
+    s.upsert("big", [{"id": f"id-{i}", "text": f"t{i}", "root": "/r", "source": "a.md", "chunk_index": i,
+                      "vector": vectors[i]} for i in range(n)])  # fmt: skip
+    s.finalize("big")
+    assert isinstance(s, LanceDBStore)
+    kinds = {tuple(ix.columns): ix.index_type for ix in s._table("big").list_indices()}
+    assert str(kinds[("vector",)]) == "IvfSq"
+    found = sum(
+        s.search("big", SearchRequest(vector=vectors[i], mode="dense", top_k=1))[0].id == f"id-{i}"
+        for i in range(0, n, 128)
+    )
+    assert found >= 30  # of 32: each stored vector is its own nearest neighbour through the index
