@@ -1,8 +1,8 @@
 """PackedModel: one of our backbones with its tokenizer and heads, behind the narrow interface handlers use.
 
-Handlers may tokenize (`encode_texts`, `encode_pairs`, `tokenizer`), check an adapter (`use_adapter`), run a
-packed forward pass with each sequence's LoRA adapter (`forward`), and apply the heads the card declares
-(`heads`). Residency sees the LoadedModel protocol: card, device, precision, tensor bytes, move_to.
+Handlers may tokenize (`encode_texts`, `encode_pairs`, `tokenizer`), check an adapter (`use_adapter`), and ask
+for one packed batch's outputs (`read`: the forward pass with each sequence's LoRA adapter, then the heads the
+card declares for the outputs named). Residency sees the LoadedModel protocol: card, device, precision, tensor bytes, move_to.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from engine.model.checkpoint import FAMILIES
 from engine.model.heads import CardHeads
 from engine.model.precision import DeviceProfile, device_profile, supported
 from engine.model.quantize import quantize_linears
+from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded, LateInteraction
 from engine.model.tokenizer import TextTokenizer
 
@@ -168,6 +169,13 @@ class PackedModel:
     def _adapters(self, names: list[str | None]) -> list[lora.Adapter | None]:
         cache = {n: self.use_adapter(n) for n in dict.fromkeys(names) if n}
         return [cache[n] if n else None for n in names]
+
+    @torch.inference_mode()
+    def read(self, seqs: list[Encoded], spec: OutputSpec) -> Readout:
+        """One packed batch, asked once: the forward pass, then the heads for the outputs `spec` names."""
+        hidden, batch = self.forward(seqs)  # [T, hidden]
+        with timed("postprocess"):
+            return self.heads.read(hidden, batch, seqs, spec)
 
     @torch.inference_mode()
     def embed(self, seqs: Sequences) -> Tensor:
