@@ -10,11 +10,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
+from engine.arch.bert import BertConfig
+from engine.arch.configs import BackboneConfig, config_of
 from engine.arch.layers import PackedBatch
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_adapter
@@ -68,9 +70,9 @@ class PackedModel:
         return self.tokenizer.max_len
 
     @property
-    def config(self) -> Any:
-        """The backbone's typed config (each family's own dataclass)."""
-        return self.backbone.config
+    def config(self) -> BackboneConfig:
+        """The backbone's typed config (each family's own class)."""
+        return config_of(self.backbone)
 
     @property
     def dense_dim(self) -> int:
@@ -82,7 +84,8 @@ class PackedModel:
 
     @property
     def uses_token_types(self) -> bool:
-        return int(getattr(self.config, "type_vocab_size", 0)) > 1
+        config = self.config
+        return isinstance(config, BertConfig) and config.type_vocab_size > 1
 
     @property
     def dtype(self) -> torch.dtype:

@@ -41,7 +41,7 @@ class Recovery(Generic[T, R]):
 
     Out of memory: the first time, `make_room()` evicts other models and the batch runs again; after that
     the token budget halves down to `floor` (smaller forward batches), then the tasks split in halves; a
-    single task that fails at the floor gets RESOURCE_EXHAUSTED. Any other failure of the whole batch: each
+    single task that fails at the floor gets RESOURCE_EXHAUSTED. Another failure of the whole batch: each
     half runs apart, recursively, until a task that fails alone gets the error (a ShoalError as raised,
     anything else as INTERNAL); k culprits among n tasks cost about k * log2(n) extra runs, none when
     nothing fails. Each half starts with every out-of-memory remedy available again.
