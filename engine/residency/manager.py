@@ -8,7 +8,6 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -34,7 +33,6 @@ from engine.residency.tune import ProfileStore
 
 log = logging.getLogger("shoal.residency")
 __all__ = ["DEVICE", "DISK", "HOST", "ResidencyManager"]
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -278,7 +276,9 @@ class ResidencyManager:
         """Run a load step in a thread; on out-of-memory evict every idle model and try once more."""
         for attempt in (0, 1):
             try:
-                return await asyncio.to_thread(partial(self._checked, fn, *args, **kwargs))
+                if self._faults is not None:
+                    self._faults.check("load")
+                return await asyncio.to_thread(fn, *args, **kwargs)
             except torch.OutOfMemoryError as exc:
                 freed = await self.free_device(exclude=model)
                 if attempt or not freed:
@@ -398,8 +398,3 @@ class ResidencyManager:
         for tier in (DEVICE, HOST):
             RESIDENT_MODELS.labels(tier).set(sum(1 for e in self._entries.values() if e.tier == tier))
             TIER_BYTES.labels(tier).set(self.used(tier))
-
-    def _checked(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        if self._faults is not None:
-            self._faults.check("load")
-        return fn(*args, **kwargs)
