@@ -13,7 +13,7 @@ from engine.errors import ResourceExhausted
 from engine.model.memory import FaultInjector
 from engine.residency.manager import DEVICE, HOST
 from engine.runtime import AsyncEngine
-from engine.worker.oom import run_resilient
+from engine.worker.recovery import Recovery
 from tests.residency_support import budget_for, tiny_models
 
 TEXTS = [f"text {w} number {i}" for i, w in enumerate(["cat", "dog", "bird", "fish", "tree", "house"])]
@@ -52,17 +52,18 @@ async def test_repeated_oom_splits_then_answers_the_rest() -> None:
     """A fake batch runner that fails above 2 tasks and always on task 'bad': the rest still get answers."""
     calls: list[tuple[list[str], int]] = []
 
-    def run(tasks: list[str], tokens: int) -> list[object]:
-        calls.append((list(tasks), tokens))
-        if len(tasks) > 2 or "bad" in tasks:
-            raise torch.OutOfMemoryError("fake")
-        return [f"ok:{t}" for t in tasks]
+    class Runner:
+        def run(self, tasks: list[str], tokens: int) -> list[str]:
+            calls.append((list(tasks), tokens))
+            if len(tasks) > 2 or "bad" in tasks:
+                raise torch.OutOfMemoryError("fake")
+            return [f"ok:{t}" for t in tasks]
 
-    async def nothing_to_evict() -> int:
-        return 0
+        async def make_room(self) -> int:  # nothing to evict
+            return 0
 
     tasks = ["a", "b", "bad", "c", "d"]
-    out = await run_resilient(run, tasks, 512, 128, nothing_to_evict)
+    out = await Recovery(Runner(), budget=512, floor=128).run(tasks)
     assert out[:2] == ["ok:a", "ok:b"] and out[3:] == ["ok:c", "ok:d"]
     assert isinstance(out[2], ResourceExhausted) and out[2].status == 503
     assert min(tokens for _, tokens in calls) == 128  # the token budget halved to the floor before splitting

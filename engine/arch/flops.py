@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from engine.arch.bert import BertConfig
+from engine.arch.configs import BackboneConfig
 from engine.arch.decoder import DecoderConfig
 from engine.arch.modernbert import ModernBertConfig
 
@@ -43,7 +43,7 @@ class FlopCount:
         return self.linear + self.attention
 
 
-def shape_of(config: Any) -> Shape:
+def shape_of(config: BackboneConfig) -> Shape:
     """The shape of a BERT / XLM-R, ModernBERT or decoder config."""
     if isinstance(config, BertConfig):
         h, n = config.hidden_size, config.num_attention_heads
@@ -77,7 +77,7 @@ def attention_pairs(length: int, causal: bool, window: int | None) -> int:
     return length * length - (length - window - 1) * (length - window)  # minus the pairs farther than window
 
 
-def forward_flops(config: Any, lengths: Iterable[int]) -> FlopCount:
+def forward_flops(config: BackboneConfig, lengths: Iterable[int]) -> FlopCount:
     """Useful FLOPs of a forward pass over sequences of these lengths (each QK^T and PV score pair costs
     2 x head_dim FLOPs per head)."""
     s = shape_of(config)
@@ -90,7 +90,7 @@ def forward_flops(config: Any, lengths: Iterable[int]) -> FlopCount:
     return FlopCount(linear_flops_per_token(s) * tokens, attention, tokens)
 
 
-def linear_shapes(config: Any) -> list[tuple[int, int]]:
+def linear_shapes(config: BackboneConfig) -> list[tuple[int, int]]:
     """(in, out) of each distinct matrix one layer multiplies every token by, with repeats: the shapes a
     matmul benchmark should use to stand for this model."""
     s = shape_of(config)

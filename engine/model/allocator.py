@@ -12,11 +12,10 @@ import os
 import platform
 import sys
 from functools import cache
-from typing import Any
 
 
 @cache
-def _glibc() -> Any | None:
+def _glibc() -> ctypes.CDLL | None:
     """The process's glibc, or None where malloc is not glibc's."""
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ from engine.catalogue.inference import read_json
 from engine.errors import ModelLoadFailed
 
 Renames = list[tuple[str, str]]
+Converter = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]  # checkpoint tensors -> ours (fused split)
 
 
 @dataclass
@@ -30,12 +32,21 @@ class Family:
     heads: dict[str, Callable[[dict[str, Any]], nn.Module]] = field(default_factory=dict)
     head_renames: dict[str, Renames] = field(default_factory=dict)
     token_embedding: str = "embeddings.tokens.weight"
-    convert: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None
+    convert: Converter | None = None
 
 
-def _family(module: Any, build: Callable[[dict[str, Any]], nn.Module], **kw: Any) -> Family:
+def _family(
+    module: ModuleType, build: Callable[[dict[str, Any]], nn.Module], convert: Converter | None = None
+) -> Family:
+    """A family from its arch module's tables (renames, ignored tensors, heads, the token embedding's name)."""
     return Family(
-        build, module.HF_RENAMES, module.HF_IGNORED, module.HEADS, module.HF_HEAD_RENAMES, module.TOKEN_EMBEDDING, **kw
+        build,
+        module.HF_RENAMES,
+        module.HF_IGNORED,
+        module.HEADS,
+        module.HF_HEAD_RENAMES,
+        module.TOKEN_EMBEDDING,
+        convert,
     )
 
 
@@ -123,7 +134,7 @@ def load_state(module: nn.Module, state: dict[str, torch.Tensor], where: Path) -
     module.load_state_dict(state, strict=True)
 
 
-def _read_tensors(folder: Path, heads: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
+def _read_tensors(folder: Path, heads: Mapping[str, object]) -> dict[str, torch.Tensor]:
     """Root safetensors, plus the files only the requested heads use (Dense folders, BGE-M3 .pt heads)."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -142,9 +153,10 @@ def _read_tensors(folder: Path, heads: dict[str, dict[str, Any]]) -> dict[str, t
     return tensors
 
 
-def _build_head(fam: Family, family: str, head: str, config: dict[str, Any], args: dict[str, Any]) -> nn.Module:
+def _build_head(fam: Family, family: str, head: str, config: dict[str, Any], args: dict[str, object]) -> nn.Module:
     if head in ("colbert", "m3_sparse"):
-        dim = int(args.get("dim") or config["hidden_size"]) if head == "colbert" else 1
+        asked = args.get("dim")
+        dim = (asked if isinstance(asked, int) and asked else int(config["hidden_size"])) if head == "colbert" else 1
         return Projection(int(config["hidden_size"]), dim, bias=bool(args.get("bias", head == "m3_sparse")))
     if head not in fam.heads:
         raise ModelLoadFailed(f"the {family} family has no {head!r} head; it has {sorted(fam.heads)}")
@@ -152,7 +164,7 @@ def _build_head(fam: Family, family: str, head: str, config: dict[str, Any], arg
 
 
 def load_modules(
-    family: str, folder: Path, device: str, dtype: torch.dtype, heads: dict[str, dict[str, Any]] | None = None
+    family: str, folder: Path, device: str, dtype: torch.dtype, heads: dict[str, dict[str, object]] | None = None
 ) -> tuple[nn.Module, dict[str, nn.Module]]:
     """The family's backbone and the named heads (name -> card arguments) with the folder's weights loaded."""
     heads = heads or {}

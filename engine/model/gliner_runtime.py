@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file
@@ -29,6 +29,9 @@ from engine.errors import ModelLoadFailed
 from engine.model import memory
 from engine.model.loaded import LoadSpec
 from engine.model.precision import DeviceProfile
+
+if TYPE_CHECKING:  # the types only: transformers is imported when a GLiNER model loads
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 GLINER_VERSION = "0.2.29"  # the release this runtime is written against (the `gliner` extra installs it)
 SERVED = ("UniEncoderSpanGLiNER", "UniEncoderTokenGLiNER", "BiEncoderSpanGLiNER", "BiEncoderTokenGLiNER")
@@ -196,13 +199,13 @@ def _refuse_remote_code(config: dict[str, Any], folder: Path) -> None:
             raise ModelLoadFailed(f"{folder}: {key} names remote code (auto_map); shoal runs no remote code")
 
 
-def _tokenizer(source: str | Path, local_only: bool) -> Any:
+def _tokenizer(source: str | Path, local_only: bool) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(source), local_files_only=local_only)
 
 
-def _max_tokens(encoder: Any, tokenizer: Any) -> int:
+def _max_tokens(encoder: PretrainedConfig, tokenizer: PreTrainedTokenizerBase) -> int:
     limits = [int(getattr(encoder, "max_position_embeddings", 0) or 0), int(tokenizer.model_max_length or 0)]
     usable = [n for n in limits if 0 < n < 1_000_000]
     return min(usable) if usable else MAX_TOKENS
@@ -227,7 +230,7 @@ def build_runtime(folder: Path, config: dict[str, Any], device: str, dtype: torc
         gconfig = cls.config_class(**fields)  # the variant's own config class, as gliner's loader uses
         tokenizer = _tokenizer(folder if has_tokenizer else gconfig.model_name, local_only)
         cls._set_tokenizer_spec_tokens(tokenizer)
-        extra: dict[str, Any] = {}
+        extra: dict[str, PreTrainedTokenizerBase] = {}
         if (folder / "labels_tokenizer" / "tokenizer_config.json").is_file():
             extra["labels_tokenizer"] = _tokenizer(folder / "labels_tokenizer", True)
         runtime = cls(

@@ -7,7 +7,6 @@ Each method returns one entry per sequence (CPU, float32) for the task handlers 
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 import torch
 from torch import Tensor, nn
 
@@ -16,10 +15,11 @@ from engine.arch.layers import PackedBatch
 from engine.arch.pooling import POOLERS, l2_normalize, last_pool
 from engine.catalogue.cards import ModelCard
 from engine.errors import InvalidInput, ModelLoadFailed
+from engine.model.readout import OutputSpec, Readout, Sparse
 from engine.model.sequences import Encoded, LateInteraction
 from engine.model.tokenizer import TextTokenizer
 
-Sparse = tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]  # (vocabulary ids ascending, weights)
+__all__ = ["CardHeads", "Sparse", "maxsim_scores", "sentence_vectors"]
 
 
 class CardHeads:
@@ -40,6 +40,21 @@ class CardHeads:
                     f"{card.id}: the tokenizer has no {card.score.yes_token!r} / {card.score.no_token!r} tokens"
                 )
             self.yes_no_ids = [int(i) for i in ids if i is not None]
+
+    def read(self, hidden: Tensor, batch: PackedBatch, seqs: list[Encoded], spec: OutputSpec) -> Readout:
+        """The outputs `spec` names, one value per sequence of the batch."""
+        out = Readout(tokens=batch.num_tokens)
+        if "dense" in spec:
+            out.dense = list(self.pooled(hidden, batch))
+        if "multivector" in spec:
+            out.multivector = self.token_vectors(hidden, batch, seqs)
+        if "sparse" in spec:
+            out.sparse = self.sparse(hidden, batch)
+        if "score" in spec:
+            out.score = [float(v) for v in self.scores(hidden, batch).tolist()]
+        if "logits" in spec:
+            out.logits = list(self.logits(hidden, batch))
+        return out
 
     def pooled(self, hidden: Tensor, batch: PackedBatch) -> Tensor:
         """Pooled, not yet normalised sentence vectors. -> [B, hidden] float32 on CPU."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from engine.arch.configs import config_of
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_weights
 from engine.model.checkpoint import FAMILIES, load_modules
@@ -25,8 +25,7 @@ def load_packed(spec: LoadSpec) -> PackedModel:
     backbone, heads = load_modules(card.family, folder, spec.device, spec.precision.dtype, card.heads())
     if spec.precision.quantized:
         quantize_linears(backbone)
-    config: Any = backbone.config  # every family's backbone carries its typed config
-    max_len = min(card.max_seq_len, int(config.max_len))
+    max_len = min(card.max_seq_len, config_of(backbone).max_len)  # every family's backbone carries its config
     markers = card.multivector is not None and bool(card.multivector.query_marker or card.multivector.document_marker)
     tokenizer = TextTokenizer(load_tokenizer(folder, max_len - int(markers)), max_len)
     late = late_interaction(card, tokenizer)

@@ -1,8 +1,8 @@
 """PackedModel: one of our backbones with its tokenizer and heads, behind the narrow interface handlers use.
 
-Handlers may tokenize (`encode_texts`, `encode_pairs`, `tokenizer`), check an adapter (`use_adapter`), run a
-packed forward pass with each sequence's LoRA adapter (`forward`), and apply the heads the card declares
-(`heads`). Residency sees the LoadedModel protocol: card, device, precision, tensor bytes, move_to.
+Handlers may tokenize (`encode_texts`, `encode_pairs`, `tokenizer`), check an adapter (`use_adapter`), and ask
+for one packed batch's outputs (`read`: the forward pass with each sequence's LoRA adapter, then the heads the
+card declares for the outputs named). Residency sees the LoadedModel protocol: card, device, precision, tensor bytes, move_to.
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
+from engine.arch.bert import BertConfig
+from engine.arch.configs import BackboneConfig, config_of
 from engine.arch.layers import PackedBatch
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_adapter
@@ -25,6 +27,7 @@ from engine.model.checkpoint import FAMILIES
 from engine.model.heads import CardHeads
 from engine.model.precision import DeviceProfile, device_profile, supported
 from engine.model.quantize import quantize_linears
+from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded, LateInteraction
 from engine.model.tokenizer import TextTokenizer
 
@@ -67,9 +70,9 @@ class PackedModel:
         return self.tokenizer.max_len
 
     @property
-    def config(self) -> Any:
-        """The backbone's typed config (each family's own dataclass)."""
-        return self.backbone.config
+    def config(self) -> BackboneConfig:
+        """The backbone's typed config (each family's own class)."""
+        return config_of(self.backbone)
 
     @property
     def dense_dim(self) -> int:
@@ -81,7 +84,8 @@ class PackedModel:
 
     @property
     def uses_token_types(self) -> bool:
-        return int(getattr(self.config, "type_vocab_size", 0)) > 1
+        config = self.config
+        return isinstance(config, BertConfig) and config.type_vocab_size > 1
 
     @property
     def dtype(self) -> torch.dtype:
@@ -168,6 +172,13 @@ class PackedModel:
     def _adapters(self, names: list[str | None]) -> list[lora.Adapter | None]:
         cache = {n: self.use_adapter(n) for n in dict.fromkeys(names) if n}
         return [cache[n] if n else None for n in names]
+
+    @torch.inference_mode()
+    def read(self, seqs: list[Encoded], spec: OutputSpec) -> Readout:
+        """One packed batch, asked once: the forward pass, then the heads for the outputs `spec` names."""
+        hidden, batch = self.forward(seqs)  # [T, hidden]
+        with timed("postprocess"):
+            return self.heads.read(hidden, batch, seqs, spec)
 
     @torch.inference_mode()
     def embed(self, seqs: Sequences) -> Tensor:

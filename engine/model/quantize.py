@@ -9,7 +9,6 @@ activations and the heads stay float32.
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -28,7 +27,7 @@ class Int8Linear(nn.Module):
             warnings.simplefilter("ignore", UserWarning)
             zeros = torch.zeros(w.shape[0], dtype=torch.long)
             qweight = torch.quantize_per_channel(w, scale.double(), zeros, 0, torch.qint8)
-            self._packed: Any = torch.ops.quantized.linear_prepack(qweight, bias)
+            self._packed: torch.ScriptObject = torch.ops.quantized.linear_prepack(qweight, bias)
         # the int8 weight and scales as plain buffers: what the module weighs, and what state_dict shows
         self.register_buffer("weight_int8", qweight.int_repr(), persistent=False)
         self.register_buffer("weight_scale", scale, persistent=False)

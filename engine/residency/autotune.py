@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from engine.catalogue.cards import ModelCard, Profile
 from engine.config import EngineSettings
@@ -24,6 +23,7 @@ from engine.model.packed import PackedModel
 from engine.model.precision import available, device_profile, profile_slot
 from engine.residency.gate import GateSet, compare, gate_run, load_gate_set
 from engine.residency.ledger import Entry
+from engine.residency.reports import GateFigures, PrecisionState, TuneReport
 from engine.residency.store import ProfileStore, device_kind
 from engine.residency.tune import apply_profile
 
@@ -44,7 +44,7 @@ class Outcome:
     """What a tune chose: the profile to record, its report (gate figures, speeds, why), the model to serve."""
 
     profile: Profile
-    report: dict[str, Any]
+    report: TuneReport
     model: PackedModel
     complete: bool = True  # False when it was stopped before every precision was tried: not recorded
 
@@ -94,7 +94,7 @@ def auto_tune(
     _warm(reference, data)
     ref = gate_run(reference, data)
     speeds = {"float32": ref.tokens_per_s}
-    gates: dict[str, dict[str, Any]] = {}
+    gates: dict[str, GateFigures] = {}
     skipped: list[str] = []
     best: PackedModel | None = None  # the fastest candidate that passed so far
     for name in [n for n in precisions or available(reference.device) if n != "float32"]:
@@ -120,7 +120,7 @@ def auto_tune(
     chosen = best if best is not None and fast else reference
     name = chosen.precision.name
     profile = reference.precision.profile.model_copy(update={"dtype": name})
-    report = {
+    report: TuneReport = {
         "auto": True,
         "reason": _reason(name, speeds, gates, min_speedup),
         "seconds": round(time.monotonic() - started, 2),
@@ -137,7 +137,7 @@ def _warm(model: PackedModel, data: GateSet) -> None:
     model.forward(seqs)
 
 
-def _reason(name: str, speeds: dict[str, float], gates: dict[str, dict[str, Any]], min_speedup: float) -> str:
+def _reason(name: str, speeds: dict[str, float], gates: dict[str, GateFigures], min_speedup: float) -> str:
     if name != "float32":
         ratio = speeds[name] / speeds["float32"]
         return f"auto-tuned: {name} is the fastest precision that passed the quality gate ({ratio:.2f}x float32)"
@@ -217,7 +217,7 @@ class BackgroundTuner:
         profile = self.store.get(card.id, device_kind(device))
         return apply_profile(card, profile, device) if profile is not None else card
 
-    def state(self, card: ModelCard, device: str, entry: Entry | None) -> dict[str, Any]:
+    def state(self, card: ModelCard, device: str, entry: Entry | None) -> PrecisionState:
         """What /v1/models shows of the precision: the one in use (None: not loaded), why, whether a tune runs."""
         in_use = entry.loaded.precision.name if entry is not None else None
         return {"precision": in_use, "reason": self.reason(card, device), "tuning": self.running(card.id)}

@@ -17,8 +17,9 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -27,7 +28,9 @@ from engine.errors import InvalidInput
 from engine.model.heads import maxsim_scores
 from engine.model.packed import PackedModel
 from engine.model.packing import pack_by_budget
+from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded
+from engine.residency.reports import GateFigures
 
 GATE_SET = Path(__file__).parent / "data" / "gate.jsonl"
 MIN_COSINE = 0.995  # mean over the gate set's texts
@@ -77,7 +80,7 @@ class GateResult:
         cosines = self.mean_cosine >= MIN_COSINE and self.min_cosine >= MIN_WORST_COSINE
         return cosines and self.ndcg_drop <= MAX_NDCG_DROP
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> GateFigures:
         return {
             "precision": self.precision,
             "passed": self.passed,
@@ -158,15 +161,14 @@ def _cosines(ref: list[Tensor], got: list[Tensor]) -> Tensor:
 
 
 @torch.inference_mode()
-def _run(model: PackedModel, seqs: list[Encoded], read: Any) -> list[Any]:
-    """`read(hidden, batch, group)` -> one value per sequence, over packed batches; in `seqs` order."""
-    out: list[Any] = [None] * len(seqs)
+def _run(model: PackedModel, seqs: list[Encoded], spec: OutputSpec) -> Readout:
+    """The outputs `spec` names of every sequence, over packed batches (the model asked once per batch); in
+    `seqs` order."""
+    parts, order = [], []
     for batch in pack_by_budget([len(s.ids) for s in seqs], TOKEN_BUDGET, 256):
-        group = [seqs[i] for i in batch]
-        hidden, packed = model.forward(group)
-        for i, value in zip(batch, read(hidden, packed, group), strict=True):
-            out[i] = value
-    return out
+        parts.append(model.read([seqs[i] for i in batch], spec))
+        order.extend(batch)
+    return Readout.gather(parts, order)
 
 
 def _outputs(model: PackedModel, texts: list[str], is_query: bool) -> tuple[list[Tensor], int]:
@@ -177,15 +179,15 @@ def _outputs(model: PackedModel, texts: list[str], is_query: bool) -> tuple[list
     seqs = model.encode_texts([prefix + t for t in texts], truncate=True, is_query=is_query)
     tokens = sum(len(s.ids) for s in seqs)
     if "dense" in card.outputs:
-        rows = _run(model, seqs, lambda h, b, g: list(model.heads.pooled(h, b)))
+        rows = _run(model, seqs, OutputSpec.of("dense")).dense
         return [F.normalize(r, dim=-1) for r in rows], tokens
     if "sparse" in card.outputs:
-        rows = _run(model, seqs, lambda h, b, g: model.heads.sparse(h, b))
-        return [_densify(ids, vals, model.vocab_size) for ids, vals in rows], tokens
-    return _run(model, seqs, lambda h, b, g: model.heads.token_vectors(h, b, g)), tokens
+        weights = _run(model, seqs, OutputSpec.of("sparse")).sparse
+        return [_densify(ids, vals, model.vocab_size) for ids, vals in weights], tokens
+    return _run(model, seqs, OutputSpec.of("multivector")).multivector, tokens
 
 
-def _densify(ids: Any, values: Any, size: int) -> Tensor:
+def _densify(ids: npt.NDArray[np.int32], values: npt.NDArray[np.float32], size: int) -> Tensor:
     row = torch.zeros(size)
     row[torch.as_tensor(ids, dtype=torch.long)] = torch.as_tensor(values)
     return row
@@ -213,7 +215,7 @@ def _rerank(model: PackedModel, data: GateSet) -> tuple[Tensor, float, int]:
         candidates.append(by_topic[topics[t]] + by_topic[topics[(t + 1) % len(topics)]])
     pairs = [(q, data.passages[p]) for q, pool in zip(data.queries, candidates, strict=True) for p in pool]
     seqs = model.encode_pairs(pairs, truncate=True)
-    flat = torch.tensor(_run(model, seqs, lambda h, b, g: model.heads.scores(h, b).tolist()))
+    flat = torch.tensor(_run(model, seqs, OutputSpec.of("score")).score)
     width = len(candidates[0])
     tokens = sum(len(s.ids) for s in seqs)
     return flat, ndcg_at_10(flat.view(len(candidates), width), data.relevant, candidates), tokens

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 import torch
 
@@ -28,10 +28,13 @@ from engine.model.precision import device_profile
 from engine.residency import footprint
 from engine.residency.autotune import BackgroundTuner, Outcome, Tuner
 from engine.residency.ledger import DEVICE, DISK, HOST, Entry, Ledger, LoadRecord
+from engine.residency.reports import PrecisionState
 from engine.residency.tune import ProfileStore
 
 log = logging.getLogger("shoal.residency")
 __all__ = ["DEVICE", "DISK", "HOST", "ResidencyManager"]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class ResidencyManager:
@@ -95,7 +98,7 @@ class ResidencyManager:
     def pinned_models(self) -> list[str]:
         return sorted(self.pins | {c.id for c in self.catalogue.known() if c.pinned})
 
-    def precision_in_use(self, card: ModelCard) -> dict[str, Any]:
+    def precision_in_use(self, card: ModelCard) -> PrecisionState:
         """The precision the model runs in on the device now (None: not there), why, and whether a tune runs."""
         return self.tuner.state(card, self.device, self._entries.get(card.id))
 
@@ -269,11 +272,13 @@ class ResidencyManager:
         self._notify()
         self._publish()
 
-    async def _guarded_load(self, model: str, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _guarded_load(self, model: str, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run a load step in a thread; on out-of-memory evict every idle model and try once more."""
         for attempt in (0, 1):
             try:
-                return await asyncio.to_thread(self._checked, fn, *args)
+                if self._faults is not None:
+                    self._faults.check("load")
+                return await asyncio.to_thread(fn, *args, **kwargs)
             except torch.OutOfMemoryError as exc:
                 freed = await self.free_device(exclude=model)
                 if attempt or not freed:
@@ -393,8 +398,3 @@ class ResidencyManager:
         for tier in (DEVICE, HOST):
             RESIDENT_MODELS.labels(tier).set(sum(1 for e in self._entries.values() if e.tier == tier))
             TIER_BYTES.labels(tier).set(self.used(tier))
-
-    def _checked(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._faults is not None:
-            self._faults.check("load")
-        return fn(*args)

@@ -8,9 +8,17 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from engine.catalogue.cards import Profile
+from engine.residency.reports import PrecisionRow, PrecisionSummary, TuneReport
+
+
+class StoredTune(TypedDict):
+    """One entry of the file: the tuned profile (as Profile dumps it) and the tune's report."""
+
+    profile: dict[str, str | int | bool]
+    report: TuneReport
 
 
 def device_kind(device: str) -> str:
@@ -32,7 +40,8 @@ class ProfileStore:
         self.path = Path(path).expanduser()
         self._lock = threading.Lock()
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> dict[str, StoredTune]:
+        """The file's entries as written by `put` (another program's edits are not checked)."""
         try:
             data = json.loads(self.path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
@@ -43,12 +52,12 @@ class ProfileStore:
         entry = self._read().get(f"{model}@{kind}")
         return Profile.model_validate(entry["profile"]) if entry else None
 
-    def report(self, model: str, kind: str) -> dict[str, Any] | None:
+    def report(self, model: str, kind: str) -> TuneReport | None:
         """The stored report of the last tune of (model, device kind), gate figures included."""
         entry = self._read().get(f"{model}@{kind}")
         return entry.get("report") if entry else None
 
-    def put(self, model: str, kind: str, profile: Profile, report: dict[str, Any]) -> None:
+    def put(self, model: str, kind: str, profile: Profile, report: TuneReport) -> None:
         with self._lock:
             data = self._read()
             data[f"{model}@{kind}"] = {"profile": profile.model_dump(exclude_none=True), "report": report}
@@ -58,7 +67,7 @@ class ProfileStore:
             tmp.replace(self.path)
 
 
-def precision_summary(report: dict[str, Any] | None, profile: Profile | None) -> dict[str, Any] | None:
+def precision_summary(report: TuneReport | None, profile: Profile | None) -> PrecisionSummary | None:
     """What /v1/models and `shoal models` show of a stored tune: the precision in use, and per precision tried
     whether it passed the gate (None: not gated), its figures, and its best measured tokens/s."""
     if report is None or profile is None:
@@ -71,13 +80,18 @@ def precision_summary(report: dict[str, Any] | None, profile: Profile | None) ->
     rows = []
     for name in tried:
         gate = gates.get(name)
-        row: dict[str, Any] = {
+        row: PrecisionRow = {
             "precision": name,
             # float32 is the reference; a precision tuned without a gate (`shoal tune --dtypes` of one) shows None
             "passed": True if name == "float32" else (gate["passed"] if gate else None),
         }
         if gate:
-            row.update({k: gate[k] for k in ("mean_cosine", "ndcg_drop", "error") if k in gate})
+            if "mean_cosine" in gate:
+                row["mean_cosine"] = gate["mean_cosine"]
+            if "ndcg_drop" in gate:
+                row["ndcg_drop"] = gate["ndcg_drop"]
+            if "error" in gate:
+                row["error"] = gate["error"]
         if name in best:
             row["tokens_per_s"] = round(best[name], 1)
         rows.append(row)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any
 
 import torch
 
@@ -21,6 +20,7 @@ from engine.model.packed import PackedModel
 from engine.model.packing import pack_by_budget
 from engine.model.precision import available, profile_slot
 from engine.residency.gate import GateSet, run_gate
+from engine.residency.reports import GateFigures, GridRow, Speed, TuneReport, TuneResult
 from engine.residency.store import ProfileStore, device_kind, precision_summary
 
 __all__ = [
@@ -54,7 +54,7 @@ def synthetic_workload(vocab: int, max_len: int, n: int = 256, seed: int = 0) ->
     return seqs
 
 
-def measure(loaded: PackedModel, seqs: list[list[int]], budget: int, max_items: int) -> dict[str, float]:
+def measure(loaded: PackedModel, seqs: list[list[int]], budget: int, max_items: int) -> Speed:
     """Tokens per second over the workload, and per-batch latency p50/p99 (ms), at one token budget."""
     batches = pack_by_budget([len(s) for s in seqs], budget, max_items)
     loaded.embed([seqs[i] for i in batches[0]])  # warm-up
@@ -83,7 +83,7 @@ def tune(
     latency_ms: float = 500.0,
     requests: int = 256,
     gate_set: GateSet | None = None,
-) -> tuple[Profile, list[dict[str, Any]], dict[str, dict[str, Any]]]:
+) -> tuple[Profile, list[GridRow], dict[str, GateFigures]]:
     """Gate every precision against `loaded` (float32), measure every (precision, budget) that passed, and pick
     the fastest whose p99 batch latency is under `latency_ms` (the smallest budget within 5% of it, for
     latency); falls back to the lowest-latency setting. -> (profile, grid rows, gate figures per precision).
@@ -95,8 +95,8 @@ def tune(
     names = dtypes or available(loaded.device)
     seqs = synthetic_workload(loaded.vocab_size, max_len, requests)
     max_items = loaded.precision.profile.max_batch_items
-    rows: list[dict[str, Any]] = []
-    gates: dict[str, dict[str, Any]] = {}
+    rows: list[GridRow] = []
+    gates: dict[str, GateFigures] = {}
     for name in names:
         model = loaded if name == loaded.precision.name else loaded.variant(name)
         if name != "float32" and loaded.precision.name == "float32":
@@ -105,7 +105,16 @@ def tune(
             if not result.passed:
                 continue  # never offered: not worth measuring
         for budget in budgets:
-            rows.append({"dtype": name, "max_batch_tokens": budget, **measure(model, seqs, budget, max_items)})
+            speed = measure(model, seqs, budget, max_items)
+            rows.append(
+                GridRow(
+                    dtype=name,
+                    max_batch_tokens=budget,
+                    tokens_per_s=speed["tokens_per_s"],
+                    p50_ms=speed["p50_ms"],
+                    p99_ms=speed["p99_ms"],
+                )
+            )
     ok = [r for r in rows if r["p99_ms"] <= latency_ms] or [min(rows, key=lambda r: r["p99_ms"])]
     best_speed = max(r["tokens_per_s"] for r in ok)
     best = min((r for r in ok if r["tokens_per_s"] >= 0.95 * best_speed), key=lambda r: r["max_batch_tokens"])
@@ -120,13 +129,13 @@ def tune_model(
     dtypes: list[str] | None = None,
     latency_ms: float = 500.0,
     requests: int = 256,
-) -> dict[str, Any]:
+) -> TuneResult:
     """`shoal tune`: load the model in float32, gate and measure its precisions on this hardware, store the
     winner with the gate figures; returns the report."""
     card = Catalogue(settings.model_dir).get(model)
     loaded = load_model(card, settings.device, settings.offline, precision="float32")
     profile, rows, gates = tune(loaded, budgets, dtypes, latency_ms, requests)
     kind = device_kind(settings.device)
-    report = {"latency_ms": latency_ms, "requests": requests, "grid": rows, "gates": gates}
+    report: TuneReport = {"latency_ms": latency_ms, "requests": requests, "grid": rows, "gates": gates}
     ProfileStore(settings.profile_store).put(card.id, kind, profile, report)
     return {"model": card.id, "device": kind, "profile": profile.model_dump(exclude_none=True), **report}

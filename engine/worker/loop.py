@@ -1,4 +1,4 @@
-"""The worker loop: pull tasks, group them by model, run shared batches, settle every delivery."""
+"""The worker loop: pull tasks, group them by model, run each group under the recovery policy, settle every delivery."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -16,6 +15,7 @@ from engine.config import EngineSettings
 from engine.errors import DeadlineExceeded, InternalError, ResourceExhausted, ShoalError
 from engine.metrics import BATCH_FILL, BATCH_TOKENS, COMPUTED_TOKENS, ITEMS, QUEUE_WAIT, TOKENS
 from engine.model.allocator import release_memory
+from engine.model.loaded import LoadedModel
 from engine.model.memory import FaultInjector
 from engine.model.precision import device_profile
 from engine.queue.protocol import Delivery, WorkQueue
@@ -23,8 +23,7 @@ from engine.residency.manager import ResidencyManager
 from engine.tasks.task import Task
 from engine.worker.batching import BatchLimits
 from engine.worker.dispatch import Outcome, run_tasks
-from engine.worker.isolation import run_isolated
-from engine.worker.oom import run_resilient
+from engine.worker.recovery import Recovery
 
 log = logging.getLogger("shoal.worker")
 DEFAULT_PULL_TOKENS = 8192  # before any model is resident
@@ -145,33 +144,14 @@ class Worker:
             self._worked.set()
 
     async def _serve(self, model: str, group: list[Delivery]) -> None:
-        now = time.time()
-        live: list[Delivery] = []
-        for d in group:
-            QUEUE_WAIT.labels(model).observe(max(0.0, now - d.task.enqueued_at))
-            if d.task.deadline < now:
-                await d.term(DeadlineExceeded("the request's deadline passed while it waited in the queue"))
-            else:
-                live.append(d)
+        pulled_at = time.time()
+        live = await self._live(model, group, pulled_at)
         if not live:
             return
         outcomes: list[Outcome]
         try:
             async with self.registry.use(model, self.settings.load_wait_s) as loaded:  # not evicted while held
-                profile = loaded.precision.profile
-                budget = max(self.settings.max_batch_tokens or profile.max_batch_tokens, loaded.max_len)
-
-                def run(tasks: list[Task], tokens: int) -> list[Outcome]:
-                    count = partial(self.stats.record, model, budget=tokens)  # (kind, items, tokens) of each batch
-                    return run_tasks(loaded, tasks, BatchLimits(tokens, profile.max_batch_items), count, now)
-
-                async def resilient(tasks: list[Task]) -> list[Outcome]:
-                    return await run_resilient(  # out of memory: evict others and retry, then split
-                        run, tasks, budget, loaded.max_len, lambda: self.registry.free_device(model), self._faults
-                    )
-
-                # a batch that fails as a whole is re-run in parts: only the culprit fails
-                outcomes = await run_isolated(resilient, [d.task for d in live], model)
+                outcomes = await self._recovery(model, loaded, pulled_at).run([d.task for d in live])
         except ShoalError as e:
             outcomes = [e] * len(live)
         except torch.OutOfMemoryError as e:
@@ -183,4 +163,54 @@ class Worker:
             if isinstance(outcome, ShoalError):
                 await d.term(outcome)
             else:
-                await d.ack(outcome)
+                await d.ack(dict(outcome))  # the queue's Result is still a plain dict; the copy is shallow
+
+    async def _live(self, model: str, group: list[Delivery], now: float) -> list[Delivery]:
+        """The deliveries whose deadline has not passed; the others are termed DEADLINE_EXCEEDED."""
+        live: list[Delivery] = []
+        for d in group:
+            QUEUE_WAIT.labels(model).observe(max(0.0, now - d.task.enqueued_at))
+            if d.task.deadline < now:
+                await d.term(DeadlineExceeded("the request's deadline passed while it waited in the queue"))
+            else:
+                live.append(d)
+        return live
+
+    def _recovery(self, model: str, loaded: LoadedModel, pulled_at: float) -> Recovery[Task, Outcome]:
+        """The recovery policy over this model's batch, starting at the profile's token budget (never below
+        the model's max_len)."""
+        profile = loaded.precision.profile
+        budget = max(self.settings.max_batch_tokens or profile.max_batch_tokens, loaded.max_len)
+        batch = ModelBatch(model, loaded, self.registry, self.stats, profile.max_batch_items, pulled_at)
+        return Recovery(batch, budget, loaded.max_len, model, self._faults)
+
+
+@dataclass(frozen=True)
+class ModelBatch:
+    """One model's pulled tasks as the recovery policy runs them: through the handler table, every forward
+    batch counted in the worker's stats against the token budget of the attempt."""
+
+    model: str
+    loaded: LoadedModel
+    registry: ResidencyManager
+    stats: WorkerStats
+    max_items: int
+    pulled_at: float
+
+    def run(self, tasks: list[Task], tokens: int) -> list[Outcome]:
+        return run_tasks(self.loaded, tasks, BatchLimits(tokens, self.max_items), Tally(self, tokens), self.pulled_at)
+
+    async def make_room(self) -> int:
+        """Evict the other models from the device (bytes freed)."""
+        return await self.registry.free_device(self.model)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Counts each forward batch of one attempt: (task kind, items, tokens) into the worker's stats."""
+
+    batch: ModelBatch
+    budget: int
+
+    def __call__(self, kind: str, items: int, tokens: int) -> None:
+        self.batch.stats.record(self.batch.model, kind, items, tokens, budget=self.budget)

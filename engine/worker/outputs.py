@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 import torch
 
 from engine.errors import InvalidInput
 from engine.model.heads import Sparse, sentence_vectors
+from engine.tasks.results import DenseVector, MultiVector, SparseVector
 from engine.tasks.task import OUTPUT_DTYPES, EncodeParams
 
 
-def quantize(x: npt.NDArray[np.float32], dtype: str) -> npt.NDArray[Any]:
+def quantize(x: npt.NDArray[np.float32], dtype: str) -> npt.NDArray[np.generic]:
     """float32 rows -> the requested wire dtype. int8 scales [-1, 1] to [-127, 127]; uint8 maps each row's
     [min, max] to [0, 255] (as SIE does); binary and ubinary pack the sign bits, 8 dimensions a byte."""
     if dtype == "float32":
@@ -31,14 +30,14 @@ def quantize(x: npt.NDArray[np.float32], dtype: str) -> npt.NDArray[Any]:
     raise InvalidInput(f"output_dtype must be one of {list(OUTPUT_DTYPES)}, got {dtype!r}")
 
 
-def dense(params: EncodeParams, pooled: torch.Tensor) -> list[dict[str, Any]]:
+def dense(params: EncodeParams, pooled: torch.Tensor) -> list[DenseVector]:
     """One request's pooled rows [n, hidden] -> truncated, normalised, quantised wire entries."""
     x = sentence_vectors(pooled, params.dimensions, params.normalize)  # [n, dims]
     values = quantize(x.numpy(), params.output_dtype)
     return [{"dims": int(x.shape[1]), "dtype": params.output_dtype, "values": row} for row in values]
 
 
-def multivector(params: EncodeParams, rows: list[torch.Tensor]) -> list[dict[str, Any]]:
+def multivector(params: EncodeParams, rows: list[torch.Tensor]) -> list[MultiVector]:
     dtype = params.output_dtype
     return [
         {
@@ -51,5 +50,5 @@ def multivector(params: EncodeParams, rows: list[torch.Tensor]) -> list[dict[str
     ]
 
 
-def sparse(rows: list[Sparse], vocab_size: int) -> list[dict[str, Any]]:
+def sparse(rows: list[Sparse], vocab_size: int) -> list[SparseVector]:
     return [{"dims": vocab_size, "dtype": "float32", "indices": ids, "values": vals} for ids, vals in rows]

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from engine.arch.layers import PackedBatch
 from engine.catalogue.cards import ExtractSpec
 from engine.model.heads import sentence_vectors
 from engine.model.packed import PackedModel
+from engine.model.readout import OutputSpec
 from engine.model.sequences import Encoded
+from engine.tasks.results import Classification
 from engine.tasks.task import ExtractParams, Task
 from engine.worker.batching import BatchHook, BatchLimits, run_packed
 
@@ -94,11 +95,8 @@ def run_nli(
     spec = model.card.extract
     assert spec is not None and spec.kind == "nli"  # the mode was resolved from this card
 
-    def read(hidden: Tensor, batch: PackedBatch, group: list[Encoded]) -> dict[str, list[Tensor]]:
-        return {"logits": list(model.heads.logits(hidden, batch))}
-
     seqs = [s for _, prep in work for s in prep.seqs]
-    logits = run_packed(model, seqs, limits, read, on_batch).get("logits", [])
+    logits = run_packed(model, seqs, limits, OutputSpec.of("logits"), on_batch).logits
     out, start = [], 0
     for task, prep in work:
         p = _params(task)
@@ -126,11 +124,9 @@ def run_embedding(
     missing = list(dict.fromkeys(t for _, prep in work for t in prep.label_texts if t not in known))
     label_seqs = model.encode_texts(missing, truncate=True) if missing else []
 
-    def read(hidden: Tensor, batch: PackedBatch, group: list[Encoded]) -> dict[str, list[Tensor]]:
-        return {"dense": list(sentence_vectors(model.heads.pooled(hidden, batch), None, normalize=True))}
-
     item_seqs = [s for _, prep in work for s in prep.seqs]
-    vectors = run_packed(model, item_seqs + label_seqs, limits, read, on_batch).get("dense", [])
+    pooled = run_packed(model, item_seqs + label_seqs, limits, OutputSpec.of("dense"), on_batch).dense
+    vectors = list(sentence_vectors(torch.stack(pooled), None, normalize=True)) if pooled else []
     for text, vec in zip(missing, vectors[len(item_seqs) :], strict=True):
         known[text] = vec
         cache.put(card, text, vec)
@@ -145,13 +141,13 @@ def run_embedding(
     return out
 
 
-def classifications(scores: Tensor, p: ExtractParams) -> list[list[dict[str, object]]]:
+def classifications(scores: Tensor, p: ExtractParams) -> list[list[Classification]]:
     """Per item, {label, score} best first: every label (single-label) or those at or over the threshold."""
     out = []
     for row in scores.tolist():
         ranked = sorted(zip(p.labels, row, strict=True), key=lambda ls: -ls[1])
         keep = [(label, s) for label, s in ranked if not p.multi_label or s >= p.threshold]
-        out.append([{"label": label, "score": float(s)} for label, s in keep])
+        out.append([Classification(label=label, score=float(s)) for label, s in keep])
     return out
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from engine.errors import InvalidInput
 from engine.model.gliner_runtime import GlinerModel, Window, Word
+from engine.model.loaded import LoadedModel
+from engine.tasks.results import Entity, ExtractedItem
 from engine.tasks.task import ExtractParams, Task
 from engine.worker.batching import BatchHook, BatchLimits
 from engine.worker.extraction.windows import Found, WordRange, merge, plan_windows
@@ -95,14 +96,14 @@ def padded_batches(costs: Sequence[int], limits: BatchLimits, slack: int | None 
     return batches
 
 
-def _entity(item: ItemWindows, f: Found) -> dict[str, Any]:
+def _entity(item: ItemWindows, f: Found) -> Entity:
     start, end = item.words[f.start][1], item.words[f.end][2]
     return {"text": item.text[start:end], "label": f.label, "score": f.score, "start": start, "end": end}
 
 
 def run_entities(
     model: GlinerModel, work: list[TaskWindows], limits: BatchLimits, on_batch: BatchHook
-) -> list[list[list[dict[str, Any]]]]:
+) -> list[list[list[Entity]]]:
     """Entities of every item of every task (task -> item -> entities), from shared batches."""
     rows = [(t, i, r) for t, tw in enumerate(work) for i, r in tw.rows()]
     costs = [work[t].prompt + r.tokens for t, _, r in rows]
@@ -120,7 +121,7 @@ def run_entities(
     per_item: dict[tuple[int, int], list[tuple[int, list[Found]]]] = {}
     for (t, i, r), f in zip(rows, found, strict=True):
         per_item.setdefault((t, i), []).append((r.first, f))
-    out: list[list[list[dict[str, Any]]]] = []
+    out: list[list[list[Entity]]] = []
     for t, tw in enumerate(work):
         w = tw.window
         entities = []
@@ -138,7 +139,7 @@ def usage_tokens(work: TaskWindows) -> int:
     return sum(work.prompt + r.tokens for _, r in work.rows())
 
 
-def result_items(task: Task, entities: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def result_items(task: Task, entities: list[list[Entity]]) -> list[ExtractedItem]:
     """The wire items of an entities task."""
     return [
         {"id": item.id if item.id is not None else f"item-{i}", "entities": ents, "classifications": [], "data": {}}
@@ -146,7 +147,7 @@ def result_items(task: Task, entities: list[list[dict[str, Any]]]) -> list[dict[
     ]
 
 
-def check_model(model: Any) -> GlinerModel:
+def check_model(model: LoadedModel) -> GlinerModel:
     if not isinstance(model, GlinerModel):
         raise InvalidInput(f"model {model.card.id!r} is not a GLiNER model; it cannot extract entities")
     return model

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from torch import Tensor
 
-from engine.arch.layers import PackedBatch
 from engine.metrics import timed
 from engine.model.packed import PackedModel
+from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded
-from engine.queue.protocol import Result
+from engine.tasks.results import EncodedItem, EncodeResult
 from engine.tasks.task import EncodeParams, Task
 from engine.worker import outputs
 from engine.worker.batching import BatchHook, BatchLimits, run_packed
 from engine.worker.handlers.base import TaskHandler, params_of, usage
 
 
-class EncodeHandler(TaskHandler[PackedModel, list[Encoded]]):
-    """Dense vectors, token vectors (multivector) and sparse weights, from one forward pass per batch."""
+class EncodeHandler(TaskHandler[PackedModel, list[Encoded], Readout, EncodeResult]):
+    """Dense vectors, token vectors (multivector) and sparse weights, from one model call per batch."""
 
     kind = "encode"
     model_type = PackedModel
@@ -38,40 +35,30 @@ class EncodeHandler(TaskHandler[PackedModel, list[Encoded]]):
     @torch.inference_mode()
     def run(
         self, model: PackedModel, work: list[tuple[Task, list[Encoded]]], limits: BatchLimits, on_batch: BatchHook
-    ) -> list[Result]:
-        seqs = [e for _, encoded in work for e in encoded]
-        kinds = {k for task, _ in work for k in params_of(task, EncodeParams).output_types}
+    ) -> list[Readout]:
+        """Every task's rows of the outputs any task asked for, from shared batches."""
+        spec = OutputSpec(frozenset(k for task, _ in work for k in params_of(task, EncodeParams).output_types))
+        read = run_packed(model, [e for _, encoded in work for e in encoded], limits, spec, on_batch)
+        parts, start = [], 0
+        for _, encoded in work:
+            parts.append(read.part(slice(start, start + len(encoded))))
+            start += len(encoded)
+        return parts
 
-        def read(hidden: Tensor, batch: PackedBatch, group: list[Encoded]) -> dict[str, list[Any]]:
-            rows: dict[str, list[Any]] = {}
-            if "dense" in kinds:
-                rows["dense"] = list(model.heads.pooled(hidden, batch))
-            if "multivector" in kinds:
-                rows["multivector"] = model.heads.token_vectors(hidden, batch, group)
-            if "sparse" in kinds:
-                rows["sparse"] = model.heads.sparse(hidden, batch)
-            return rows
-
-        produced = run_packed(model, seqs, limits, read, on_batch)
-        results, start = [], 0
-        with timed("postprocess"):
-            for task, encoded in work:
-                mine = slice(start, start + len(encoded))
-                start += len(encoded)
-                results.append(self._shape(model, task, {k: v[mine] for k, v in produced.items()}, encoded))
-        return results
-
-    @staticmethod
-    def _shape(model: PackedModel, task: Task, values: dict[str, list[Any]], encoded: list[Encoded]) -> Result:
+    @torch.inference_mode()
+    def finish(self, model: PackedModel, task: Task, prepared: list[Encoded], out: Readout) -> EncodeResult:
+        """The outputs the task asked for, truncated, normalised and quantised as it asked."""
         p = params_of(task, EncodeParams)
-        items: list[dict[str, Any]] = [{"id": it.id} if it.id is not None else {} for it in task.items]
-        for kind in p.output_types:
-            if kind == "dense":
-                shaped = outputs.dense(p, torch.stack(values[kind]))
-            elif kind == "multivector":
-                shaped = outputs.multivector(p, values[kind])
-            else:
-                shaped = outputs.sparse(values[kind], model.vocab_size)
-            for entry, value in zip(items, shaped, strict=True):
-                entry[kind] = value
-        return {"items": items, "usage": usage(sum(len(e.ids) for e in encoded))}
+        items: list[EncodedItem] = [{"id": it.id} if it.id is not None else {} for it in task.items]
+        with timed("postprocess"):
+            for kind in p.output_types:
+                if kind == "dense":
+                    for entry, dense in zip(items, outputs.dense(p, torch.stack(out.dense)), strict=True):
+                        entry["dense"] = dense
+                elif kind == "multivector":
+                    for entry, multi in zip(items, outputs.multivector(p, out.multivector), strict=True):
+                        entry["multivector"] = multi
+                else:
+                    for entry, sparse in zip(items, outputs.sparse(out.sparse, model.vocab_size), strict=True):
+                        entry["sparse"] = sparse
+        return {"items": items, "usage": usage(sum(len(e.ids) for e in prepared))}

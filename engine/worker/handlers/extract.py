@@ -7,8 +7,6 @@ with the others': one model call per batch, never one per item or per request.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -16,13 +14,14 @@ from engine.errors import InvalidInput
 from engine.model.gliner_runtime import GlinerModel
 from engine.model.loaded import LoadedModel
 from engine.model.packed import PackedModel
-from engine.queue.protocol import Result
+from engine.tasks.results import Entity, ExtractedItem, ExtractResult
 from engine.tasks.task import ExtractParams, Task
 from engine.worker.batching import BatchHook, BatchLimits
 from engine.worker.extraction import classes, entities
 from engine.worker.handlers.base import TaskHandler, params_of, usage
 
 Prepared = entities.TaskWindows | classes.Prepared
+Found = list[list[Entity]] | Tensor  # what running gives one task: entities per item, or [items, labels] scores
 
 
 def _packed(model: LoadedModel, mode: str) -> PackedModel:
@@ -33,7 +32,7 @@ def _packed(model: LoadedModel, mode: str) -> PackedModel:
     return model
 
 
-class ExtractHandler(TaskHandler[Any, Prepared]):
+class ExtractHandler(TaskHandler[GlinerModel | PackedModel, Prepared, Found, ExtractResult]):
     """Entities ({text, label, score, start, end}) or classifications ({label, score}) of each item."""
 
     kind = "extract"
@@ -42,7 +41,7 @@ class ExtractHandler(TaskHandler[Any, Prepared]):
     def __init__(self, label_cache: int = classes.LABEL_CACHE_SIZE) -> None:
         self.labels = classes.LabelVectors(label_cache)
 
-    def prepare(self, model: Any, task: Task) -> Prepared:
+    def prepare(self, model: GlinerModel | PackedModel, task: Task) -> Prepared:
         p = params_of(task, ExtractParams)
         if p.mode == "entities":
             return entities.prepare_entities(entities.check_model(model), task, p)
@@ -53,34 +52,40 @@ class ExtractHandler(TaskHandler[Any, Prepared]):
 
     @torch.inference_mode()
     def run(
-        self, model: Any, work: list[tuple[Task, Prepared]], limits: BatchLimits, on_batch: BatchHook
-    ) -> list[Result]:
-        results: list[Result] = [{} for _ in work]
+        self,
+        model: GlinerModel | PackedModel,
+        work: list[tuple[Task, Prepared]],
+        limits: BatchLimits,
+        on_batch: BatchHook,
+    ) -> list[Found]:
+        """Each task's entities per item, or its [items, labels] scores; every mode's tasks share batches."""
+        found: dict[int, Found] = {}
         by_mode: dict[str, list[int]] = {}
         for i, (task, _) in enumerate(work):
             by_mode.setdefault(params_of(task, ExtractParams).mode, []).append(i)
         for mode, idx in by_mode.items():
             if mode == "entities":
                 windows = [w for i in idx if isinstance(w := work[i][1], entities.TaskWindows)]
-                found = entities.run_entities(model, windows, limits, on_batch)
-                for i, tw, ents in zip(idx, windows, found, strict=True):
-                    items = entities.result_items(work[i][0], ents)
-                    results[i] = {"items": items, "usage": usage(entities.usage_tokens(tw))}
+                ents = entities.run_entities(entities.check_model(model), windows, limits, on_batch)
+                found.update(zip(idx, ents, strict=True))
                 continue
             mine = [(work[i][0], p) for i in idx if isinstance(p := work[i][1], classes.Prepared)]
+            packed = _packed(model, mode)
             if mode == "nli":
-                scores = classes.run_nli(model, mine, limits, on_batch)
+                scores = classes.run_nli(packed, mine, limits, on_batch)
             else:
-                scores = classes.run_embedding(model, mine, limits, on_batch, self.labels)
-            for i, (task, prep), s in zip(idx, mine, scores, strict=True):
-                results[i] = self._classified(task, prep, s)
-        return results
+                scores = classes.run_embedding(packed, mine, limits, on_batch, self.labels)
+            found.update(zip(idx, scores, strict=True))
+        return [found[i] for i in range(len(work))]
 
-    @staticmethod
-    def _classified(task: Task, prep: classes.Prepared, scores: Tensor) -> Result:
+    def finish(self, model: GlinerModel | PackedModel, task: Task, prepared: Prepared, out: Found) -> ExtractResult:
+        """The wire items: the entities found in each item, or its labels best first."""
+        if isinstance(prepared, entities.TaskWindows) and isinstance(out, list):
+            return {"items": entities.result_items(task, out), "usage": usage(entities.usage_tokens(prepared))}
+        assert isinstance(prepared, classes.Prepared) and isinstance(out, Tensor)  # run gave classes their scores
         p = params_of(task, ExtractParams)
-        items = [
+        items: list[ExtractedItem] = [
             {"id": item.id if item.id is not None else f"item-{i}", "entities": [], "classifications": c, "data": {}}
-            for i, (item, c) in enumerate(zip(task.items, classes.classifications(scores, p), strict=True))
+            for i, (item, c) in enumerate(zip(task.items, classes.classifications(out, p), strict=True))
         ]
-        return {"items": items, "usage": usage(sum(len(s.ids) for s in prep.seqs))}
+        return {"items": items, "usage": usage(sum(len(s.ids) for s in prepared.seqs))}

@@ -7,17 +7,14 @@ task shares the same packed batches.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from torch import Tensor
 
-from engine.arch.layers import PackedBatch
 from engine.errors import InputTooLong, InvalidInput
 from engine.model.heads import maxsim_scores
 from engine.model.packed import PackedModel
+from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded
-from engine.queue.protocol import Result
+from engine.tasks.results import ScoreEntry, ScoreResult
 from engine.tasks.task import ScoreParams, Task
 from engine.worker.batching import BatchHook, BatchLimits, run_packed
 from engine.worker.handlers.base import TaskHandler, params_of, usage
@@ -53,21 +50,16 @@ def score_inputs(model: PackedModel, task: Task) -> list[Encoded]:
     return model.encode_pairs([(p.query, d) for d in docs], p.truncate)
 
 
-def ranked(task: Task, values: list[float]) -> dict[str, Any]:
-    """{scores: [{item_id, score, rank}], query_id?}, best first; `item-<i>` for items without an id."""
+def ranked(task: Task, values: list[float]) -> list[ScoreEntry]:
+    """[{item_id, score, rank}], best first; `item-<i>` for items without an id."""
     order = sorted(range(len(values)), key=lambda i: -values[i])
-    scores = []
-    for rank, i in enumerate(order):
-        item_id = task.items[i].id or f"item-{i}"
-        scores.append({"item_id": item_id, "score": float(values[i]), "rank": rank})
-    result: dict[str, Any] = {"scores": scores}
-    query_id = params_of(task, ScoreParams).query_id
-    if query_id is not None:
-        result["query_id"] = query_id
-    return result
+    return [
+        {"item_id": task.items[i].id or f"item-{i}", "score": float(values[i]), "rank": rank}
+        for rank, i in enumerate(order)
+    ]
 
 
-class ScoreHandler(TaskHandler[PackedModel, list[Encoded]]):
+class ScoreHandler(TaskHandler[PackedModel, list[Encoded], Readout, ScoreResult]):
     """Relevance of each candidate to the query, ranked."""
 
     kind = "score"
@@ -85,22 +77,24 @@ class ScoreHandler(TaskHandler[PackedModel, list[Encoded]]):
     @torch.inference_mode()
     def run(
         self, model: PackedModel, work: list[tuple[Task, list[Encoded]]], limits: BatchLimits, on_batch: BatchHook
-    ) -> list[Result]:
+    ) -> list[Readout]:
+        """Every task's scores (MaxSim: its query's and candidates' token vectors), from shared batches."""
         spec = model.card.score
         assert spec is not None  # prepare refused models that cannot score
-        maxsim = spec.kind == "maxsim"
-
-        def read(hidden: Tensor, batch: PackedBatch, group: list[Encoded]) -> dict[str, list[Any]]:
-            if maxsim:
-                return {"score": model.heads.token_vectors(hidden, batch, group)}
-            return {"score": model.heads.scores(hidden, batch).tolist()}
-
-        seqs = [e for _, encoded in work for e in encoded]
-        produced = run_packed(model, seqs, limits, read, on_batch).get("score", [])
-        results, start = [], 0
-        for task, encoded in work:
-            mine = produced[start : start + len(encoded)]
+        wanted = OutputSpec.of("multivector" if spec.kind == "maxsim" else "score")
+        read = run_packed(model, [e for _, encoded in work for e in encoded], limits, wanted, on_batch)
+        parts, start = [], 0
+        for _, encoded in work:
+            parts.append(read.part(slice(start, start + len(encoded))))
             start += len(encoded)
-            values = maxsim_scores(mine[0], mine[1:]) if maxsim else [float(v) for v in mine]
-            results.append({**ranked(task, values), "usage": usage(sum(len(e.ids) for e in encoded))})
-        return results
+        return parts
+
+    def finish(self, model: PackedModel, task: Task, prepared: list[Encoded], out: Readout) -> ScoreResult:
+        """The candidates ranked by score (MaxSim of the query's token vectors against each candidate's)."""
+        maxsim = model.card.score is not None and model.card.score.kind == "maxsim"
+        values = maxsim_scores(out.multivector[0], out.multivector[1:]) if maxsim else out.score
+        scores, used = ranked(task, values), usage(sum(len(e.ids) for e in prepared))
+        query_id = params_of(task, ScoreParams).query_id
+        if query_id is None:
+            return {"scores": scores, "usage": used}
+        return {"scores": scores, "query_id": query_id, "usage": used}
