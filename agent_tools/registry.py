@@ -11,7 +11,7 @@ import copy
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 Args = TypeVar("Args", bound=BaseModel)
 # a tool's function, called with the arguments `Tool.parse` gave
 Runner = Callable[["ToolContext", BaseModel], Coroutine[object, object, "ToolResult"]]
-TaxonomyRef = str | dict[str, object] | Sequence[object]  # a configured taxonomy's name, or a taxonomy as parsed
+TaxonomyRef = str | dict[str, object] | list[object]  # a configured taxonomy's name, or one as parsed (checked)
 
 
 class FunctionSpec(TypedDict):

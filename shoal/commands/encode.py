@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from engine.client.calls import EncodeResult, Item
-    from engine.tasks.results import JSONObject
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # the engine's output dtypes (engine.tasks.task.OUTPUT_DTYPES; a test keeps the two equal), checked before any load
@@ -27,7 +26,7 @@ class EncodeArgs(TypedDict, total=False):
     """The SDK `encode` keyword arguments the options give."""
 
     is_query: bool | None
-    options: JSONObject | None
+    options: dict[str, int] | None
     output_types: list[str]
     output_dtype: str
 
@@ -71,7 +70,7 @@ def encode(
     lines = texts if texts and texts != ["-"] else [ln.rstrip("\n") for ln in sys.stdin if ln.strip()]
     if not lines:
         raise typer.BadParameter("no texts given (pass them as arguments or on stdin)")
-    options: JSONObject | None = {"dimensions": dimensions} if dimensions else None
+    options = {"dimensions": dimensions} if dimensions else None
     kwargs: EncodeArgs = {"is_query": query or None, "options": options, "output_types": [output]}
     if output == "dense":
         kwargs["output_dtype"] = dtype
@@ -110,7 +109,7 @@ def _encode(
         return e.encode(model, lines, **kwargs)
 
 
-def _shown(r: EncodeResult, output: str, dtype: str, dimensions: int | None) -> JSONObject:
+def _shown(r: EncodeResult, output: str, dtype: str, dimensions: int | None) -> dict[str, object]:
     """One result as JSON-ready fields: the dense vector with its dims, sparse term weights, or token vectors."""
     if output == "sparse":
         sp = r["sparse"]

@@ -5,12 +5,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
-
-if TYPE_CHECKING:
-    from engine.tasks.results import JSONObject
 
 
 def extract_command(
@@ -42,7 +39,7 @@ def extract_command(
     wanted = [label.strip() for label in labels.split(",")] if labels.strip() else []
     if not wanted:
         raise typer.BadParameter("name at least one label: --labels person,organisation")
-    options: JSONObject = {}
+    options: dict[str, float | bool] = {}
     if threshold is not None:
         options["threshold"] = threshold
     if multi_label:
