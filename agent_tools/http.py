@@ -85,9 +85,9 @@ def arguments_body() -> JSONObject:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
-async def read_json(request: Request, limit: int, limits: BodyLimits | None = None) -> JSONValue:
-    """The body as JSON (an empty body is `{}`), refused when over the byte limit or, with `limits`, too deep
-    or too long."""
+async def read_json(request: Request, limit: int, limits: BodyLimits | None = None) -> object:
+    """The body as JSON, not yet validated (`Tool.parse` checks it; an empty body is `{}`), refused when over
+    the byte limit or, with `limits`, too deep or too long."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body of {declared} bytes is over the limit of {limit} (SHOAL_TOOLS_MAX_BODY_BYTES)")
