@@ -10,7 +10,36 @@ Importing this package is cheap (no torch, no models): the functions below load 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers
+    from agent_tools.config import ToolSettings as ToolSettings
+    from agent_tools.context_filter import FilterOptions as FilterOptions
+    from agent_tools.functions import AsyncToolFunction, SyncToolFunction
+    from agent_tools.functions import openai_tools as openai_tools
+    from agent_tools.http import tools_router as tools_router
+    from agent_tools.registry import Tool as Tool
+    from agent_tools.registry import ToolContext as ToolContext
+    from agent_tools.taxonomy import ClassifyOptions as ClassifyOptions
+    from agent_tools.taxonomy_tree import Taxonomy as Taxonomy
+    from agent_tools.taxonomy_tree import build_taxonomy as build_taxonomy
+    from agent_tools.taxonomy_tree import load_taxonomy as load_taxonomy
+    from agent_tools.text import count_tokens as count_tokens
+    from agent_tools.tools import TOOLS as TOOLS
+    from agent_tools.tools import get_tool as get_tool
+
+    classify_taxonomy: SyncToolFunction
+    filter_context: SyncToolFunction
+    rerank: SyncToolFunction
+    search: SyncToolFunction
+    embed: SyncToolFunction
+    extract_entities: SyncToolFunction
+    aclassify_taxonomy: AsyncToolFunction
+    afilter_context: AsyncToolFunction
+    arerank: AsyncToolFunction
+    asearch: AsyncToolFunction
+    aembed: AsyncToolFunction
+    aextract_entities: AsyncToolFunction
 
 __version__ = "0.1.0"
 
@@ -34,7 +63,7 @@ _FUNCTIONS = ("classify_taxonomy", "filter_context", "rerank", "search", "embed"
 __all__ = [*_FROM, *_FUNCTIONS, *(f"a{n}" for n in _FUNCTIONS)]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """Lazy attributes (PEP 562): the tool functions are generated from their definitions on first use."""
     import importlib
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from engine.client.calls import Item
+    from engine.client.calls import EncodeResult, ExtractResult, Item
     from engine.client.protocol import ShoalClient
+    from engine.tasks.results import JSONObject
 
 
 @dataclass
@@ -40,11 +41,11 @@ class ModelBackend:
         self.calls = CallCount()
 
     async def encode(
-        self, model: str, texts: list[str], *, is_query: bool = False, options: dict[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
+        self, model: str, texts: list[str], *, is_query: bool = False, options: JSONObject | None = None
+    ) -> list[EncodeResult]:
         """The SDK's encode results ({dense: array, ...}), one per text, in order."""
 
-        async def one(chunk: list[str]) -> list[dict[str, Any]]:
+        async def one(chunk: list[str]) -> list[EncodeResult]:
             self.calls.encode_requests += 1
             self.calls.encode_items += len(chunk)
             return await self.client.encode(model, [*chunk], is_query=is_query or None, options=options)
@@ -53,11 +54,11 @@ class ModelBackend:
         return [row for part in parts for row in part]
 
     async def extract(
-        self, model: str, texts: list[str], labels: list[str], options: dict[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
+        self, model: str, texts: list[str], labels: list[str], options: JSONObject | None = None
+    ) -> list[ExtractResult]:
         """The SDK's extract results ({entities, classifications, ...}), one per text, in order."""
 
-        async def one(chunk: list[str]) -> list[dict[str, Any]]:
+        async def one(chunk: list[str]) -> list[ExtractResult]:
             self.calls.extract_requests += 1
             self.calls.extract_items += len(chunk)
             return await self.client.extract(model, [*chunk], labels=labels, options=options)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import typer
 
@@ -46,12 +46,23 @@ def mcp_command(
     """Serve the agent tools (classify_taxonomy, filter_context, rerank, search, embed) over MCP."""
     import asyncio
 
-    from agent_tools.config import ToolSettings
+    from agent_tools.config import ToolOverrides, ToolSettings
     from agent_tools.mcp_server import serve_http, serve_stdio
 
-    given: dict[str, Any] = {"engine_url": url, "embed_model": embed_model, "rerank_model": rerank_model, "db": db}
-    given |= {"collection": collection, "taxonomies": named_taxonomies(taxonomy) or None}
-    settings = ToolSettings(**{k: v for k, v in given.items() if v is not None})
+    given: ToolOverrides = {}
+    if url is not None:
+        given["engine_url"] = url
+    if embed_model is not None:
+        given["embed_model"] = embed_model
+    if rerank_model is not None:
+        given["rerank_model"] = rerank_model
+    if db is not None:
+        given["db"] = db
+    if collection is not None:
+        given["collection"] = collection
+    if taxonomies := named_taxonomies(taxonomy):
+        given["taxonomies"] = taxonomies
+    settings = ToolSettings(**given)
     try:
         if transport == "stdio":
             asyncio.run(serve_stdio(settings))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -46,3 +47,18 @@ class ToolSettings(BaseSettings):
     batch_size: int = Field(default=256, ge=1, description="items per encode or score request sent to the engine")
     engine_url: str | None = Field(default=None, description="a shoal server for `shoal mcp`; None runs in-process")
     api_key: str | None = Field(default=None, description="API key for engine_url")
+
+
+class ToolOverrides(TypedDict, total=False):
+    """The settings a command line gives (`shoal mcp`, `shoal serve`); one left out keeps its SHOAL_TOOLS_*
+    value or its default."""
+
+    engine_url: str
+    embed_model: str
+    rerank_model: str
+    db: str
+    collection: str
+    taxonomies: dict[str, Path]
+    open_stores: bool
+    search_dbs: list[str]
+    search_collections: list[str]

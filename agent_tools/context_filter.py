@@ -14,7 +14,7 @@ keeping its best sentence and any sentence that shares a rare query term, so the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from agent_tools.backend import ModelBackend
+    from agent_tools.results import FilterResult, KeptPassage
 
 
 class FilterOptions(BaseModel):
@@ -162,7 +163,7 @@ async def filter_context(
     embed_model: str,
     opts: FilterOptions,
     max_passages: int | None = None,
-) -> dict[str, Any]:
+) -> FilterResult:
     """Score, select and (optionally) prune; report tokens before and after."""
     if text is not None:
         spans = split_passages(text, opts.passage_tokens)
@@ -183,16 +184,16 @@ async def filter_context(
     kept = [spans[i] for i in keep]
     if opts.sentences and kept:
         kept = await prune_sentences(scorer, query, kept, opts)
-    out: list[dict[str, Any]] = []
+    out: list[KeptPassage] = []
     for i, span in zip(keep, kept, strict=True):
-        entry: dict[str, Any] = {
+        entry: KeptPassage = {
             "index": i,
             "score": round(float(scores[i]), 6),
             "tokens": count_tokens(span.text),
             "text": span.text,
         }
         if text is not None:
-            entry |= {"start": span.start, "end": span.end}
+            entry["start"], entry["end"] = span.start, span.end
         out.append(entry)
     before, after = sum(tokens), sum(e["tokens"] for e in out)
     return {

@@ -16,16 +16,20 @@ import atexit
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agent_tools.config import ToolSettings
-from agent_tools.registry import Tool, ToolContext
+from agent_tools.registry import OpenAITool, Tool, ToolContext
 
 _default: ToolContext | None = None
 _lock = threading.Lock()
 
 if TYPE_CHECKING:
+    from agent_tools.results import ToolResult
     from engine.client.protocol import ShoalClient
+
+AsyncToolFunction = Callable[..., Awaitable["ToolResult"]]  # keyword arguments: the tool's input fields
+SyncToolFunction = Callable[..., "ToolResult"]
 
 
 def default_context() -> ToolContext:
@@ -59,13 +63,13 @@ def _signature(t: Tool) -> inspect.Signature:
     ]
     params.append(inspect.Parameter("client", inspect.Parameter.KEYWORD_ONLY, default=None))
     params.append(inspect.Parameter("settings", inspect.Parameter.KEYWORD_ONLY, default=None))
-    return inspect.Signature(params, return_annotation=dict[str, Any])
+    return inspect.Signature(params, return_annotation=dict[str, object])
 
 
-def async_function(t: Tool) -> Callable[..., Awaitable[dict[str, Any]]]:
+def async_function(t: Tool) -> AsyncToolFunction:
     async def call(
-        *, client: ShoalClient | None = None, settings: ToolSettings | None = None, **arguments: Any
-    ) -> dict[str, Any]:
+        *, client: ShoalClient | None = None, settings: ToolSettings | None = None, **arguments: object
+    ) -> ToolResult:
         return await t.run(context_for(client, settings), t.parse(arguments))
 
     call.__name__ = call.__qualname__ = f"a{t.name}"
@@ -76,10 +80,10 @@ def async_function(t: Tool) -> Callable[..., Awaitable[dict[str, Any]]]:
     return call
 
 
-def sync_function(t: Tool) -> Callable[..., dict[str, Any]]:
+def sync_function(t: Tool) -> SyncToolFunction:
     def call(
-        *, client: ShoalClient | None = None, settings: ToolSettings | None = None, **arguments: Any
-    ) -> dict[str, Any]:
+        *, client: ShoalClient | None = None, settings: ToolSettings | None = None, **arguments: object
+    ) -> ToolResult:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -94,18 +98,18 @@ def sync_function(t: Tool) -> Callable[..., dict[str, Any]]:
     return call
 
 
-def functions() -> dict[str, Callable[..., Any]]:
+def functions() -> dict[str, AsyncToolFunction | SyncToolFunction]:
     """`name` (blocking) and `aname` (async) for every tool."""
     from agent_tools.tools import TOOLS
 
-    out: dict[str, Callable[..., Any]] = {}
+    out: dict[str, AsyncToolFunction | SyncToolFunction] = {}
     for t in TOOLS.values():
         out[t.name] = sync_function(t)
         out[f"a{t.name}"] = async_function(t)
     return out
 
 
-def openai_tools() -> list[dict[str, Any]]:
+def openai_tools() -> list[OpenAITool]:
     """Every tool's OpenAI function-calling schema (what `GET /v1/tools` answers)."""
     from agent_tools.tools import TOOLS
 

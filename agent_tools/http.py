@@ -7,14 +7,14 @@ native error body `{"detail": {"code", "message"}}` whatever app the router is m
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from agent_tools.config import ToolSettings
 from agent_tools.errors import PayloadTooLarge, ShoalError
-from agent_tools.registry import ToolContext
+from agent_tools.registry import OpenAITool, ToolContext
 from engine.wire import BodyLimits, check_shape, loads_json
 
 log = logging.getLogger("shoal.tools")
@@ -22,6 +22,14 @@ TOOL_DEPTH = 64  # nesting of tool arguments (inline taxonomies nest; nothing el
 
 if TYPE_CHECKING:
     from engine.client.protocol import ShoalClient
+    from engine.tasks.results import JSONObject, JSONValue
+
+
+class ToolList(TypedDict):
+    """`GET /v1/tools`: every tool's OpenAI function-calling entry."""
+
+    object: Literal["list"]
+    tools: list[OpenAITool]
 
 
 def error_response(err: ShoalError) -> JSONResponse:
@@ -36,8 +44,8 @@ def tools_router(
     ctx = context or ToolContext(client, settings)
     router = APIRouter()
 
-    @router.get("/v1/tools")
-    async def list_tools() -> dict[str, Any]:
+    @router.get("/v1/tools", response_model=dict[str, object])  # the OpenAPI document's plain object, as before
+    async def list_tools() -> ToolList:
         """`{"tools": [...]}`: pass `tools` straight to an OpenAI-compatible chat completion."""
         from agent_tools.tools import TOOLS
 
@@ -62,19 +70,24 @@ def tools_router(
     return router
 
 
-def arguments_body() -> dict[str, Any]:
+def arguments_body() -> JSONObject:
     """The OpenAPI request body of POST /v1/tools/{name}: one of the tools' argument objects."""
     from agent_tools.tools import TOOLS
 
-    schemas = []
+    schemas: list[JSONValue] = []
     for t in TOOLS.values():
         fn = t.openai()["function"]
         schemas.append({"title": fn["name"], **fn["parameters"]})
-    schema = {"description": "the named tool's arguments (GET /v1/tools lists each tool's schema)", "oneOf": schemas}
+    schema: JSONObject = {
+        "description": "the named tool's arguments (GET /v1/tools lists each tool's schema)",
+        "oneOf": schemas,
+    }
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
-async def read_json(request: Request, limit: int, limits: BodyLimits | None = None) -> Any:
+async def read_json(request: Request, limit: int, limits: BodyLimits | None = None) -> object:
+    """The body as JSON, not yet validated (`Tool.parse` checks it; an empty body is `{}`), refused when over
+    the byte limit or, with `limits`, too deep or too long."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body of {declared} bytes is over the limit of {limit} (SHOAL_TOOLS_MAX_BODY_BYTES)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -23,11 +23,16 @@ from agent_tools.errors import ShoalError, ToolNotFound
 from agent_tools.registry import ToolContext
 from engine.http.auth import KeyRing, bearer, key_in_query
 
+if TYPE_CHECKING:
+    from mcp.server import Server, ServerRequestContext
+
+    from engine.client.protocol import ShoalClient
+
 SERVER_NAME = "shoal"
 log = logging.getLogger("shoal.tools")
 
 
-def build_server(ctx: ToolContext) -> Any:
+def build_server(ctx: ToolContext) -> Server:
     """An `mcp.server.Server` listing every tool and running calls through the context."""
     import mcp_types as types
     from mcp.server import Server
@@ -36,7 +41,9 @@ def build_server(ctx: ToolContext) -> Any:
     from agent_tools.tools import TOOLS
     from agent_tools.tools import call_tool as run_tool
 
-    async def list_tools(_rctx: Any, _params: Any) -> types.ListToolsResult:
+    async def list_tools(
+        _rctx: ServerRequestContext, _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         tools = [
             types.Tool(name=t.name, description=t.description, input_schema=t.parameters()) for t in TOOLS.values()
         ]
@@ -47,7 +54,7 @@ def build_server(ctx: ToolContext) -> Any:
         error = {"error": e.to_dict()}
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=error, is_error=True)
 
-    async def call_tool(_rctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(_rctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
             result = await run_tool(ctx, params.name, params.arguments or {})
         except ToolNotFound as e:
@@ -70,7 +77,7 @@ def build_server(ctx: ToolContext) -> Any:
     )
 
 
-async def open_client(settings: ToolSettings, stack: AsyncExitStack) -> Any:
+async def open_client(settings: ToolSettings, stack: AsyncExitStack) -> ShoalClient:
     """The shoal client the tools use: a server at engine_url, else an in-process engine."""
     if settings.engine_url:
         from engine.client.http import AsyncClient

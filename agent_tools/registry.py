@@ -11,10 +11,10 @@ import copy
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,10 +24,30 @@ from agent_tools.errors import InvalidInput, TaxonomyError
 from agent_tools.taxonomy_index import IndexCache
 from agent_tools.taxonomy_tree import Taxonomy, build_taxonomy, load_taxonomy
 
-Runner = Callable[["ToolContext", Any], Coroutine[Any, Any, dict[str, Any]]]
-
 if TYPE_CHECKING:
+    from agent_tools.results import ToolResult
     from engine.client.protocol import ShoalClient
+    from engine.tasks.results import JSONObject, JSONValue
+
+Args = TypeVar("Args", bound=BaseModel)
+# a tool's function, called with the arguments `Tool.parse` gave
+Runner = Callable[["ToolContext", BaseModel], Coroutine[object, object, "ToolResult"]]
+TaxonomyRef = str | dict[str, object] | list[object]  # a configured taxonomy's name, or one as parsed (checked)
+
+
+class FunctionSpec(TypedDict):
+    """An OpenAI function: its name, what it does, and its arguments' JSON Schema."""
+
+    name: str
+    description: str
+    parameters: JSONObject
+
+
+class OpenAITool(TypedDict):
+    """One entry of a chat completion request's `tools`."""
+
+    type: Literal["function"]
+    function: FunctionSpec
 
 
 @dataclass(frozen=True)
@@ -39,18 +59,18 @@ class Tool:
     input: type[BaseModel]
     run: Runner
 
-    def parameters(self) -> dict[str, Any]:
+    def parameters(self) -> JSONObject:
         """The input model as a self-contained JSON Schema object (no $refs, no titles)."""
         return json_schema(self.input)
 
-    def openai(self) -> dict[str, Any]:
+    def openai(self) -> OpenAITool:
         """The OpenAI function-calling tool entry (`tools=[...]` of a chat completion request)."""
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters()},
         }
 
-    def parse(self, arguments: Any) -> BaseModel:
+    def parse(self, arguments: object) -> BaseModel:
         """Validate arguments; a violation is INVALID_INPUT naming each bad field."""
         if not isinstance(arguments, dict):
             kind = "null" if arguments is None else type(arguments).__name__
@@ -61,11 +81,18 @@ class Tool:
             raise InvalidInput(f"{self.name}: invalid arguments: {describe(e)}") from None
 
 
-def tool(name: str, input: type[BaseModel]) -> Callable[[Runner], Tool]:
-    """Decorator: the function's docstring is the tool's description."""
+def tool(name: str, input: type[Args]) -> Callable[[Callable[[ToolContext, Args], Awaitable[ToolResult]]], Tool]:
+    """Decorator: the function's docstring is the tool's description; it is called with its own input model."""
 
-    def wrap(fn: Runner) -> Tool:
-        return Tool(name, " ".join((fn.__doc__ or name).split()), input, fn)
+    def wrap(fn: Callable[[ToolContext, Args], Awaitable[ToolResult]]) -> Tool:
+        async def run(ctx: ToolContext, args: BaseModel) -> ToolResult:
+            if not isinstance(args, input):
+                raise TypeError(
+                    f"{name}: arguments must be {input.__name__} (from Tool.parse), not {type(args).__name__}"
+                )
+            return await fn(ctx, args)
+
+        return Tool(name, " ".join((fn.__doc__ or name).split()), input, run)
 
     return wrap
 
@@ -79,22 +106,29 @@ def describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def json_schema(model: type[BaseModel]) -> dict[str, Any]:
+def json_schema(model: type[BaseModel]) -> JSONObject:
     """model_json_schema() with $defs inlined and titles dropped: what function-calling APIs expect."""
-    schema = model.model_json_schema()
-    defs = schema.pop("$defs", {})
+    schema: JSONObject = model.model_json_schema()  # untyped values in pydantic's own annotation; JSON throughout
+    found = schema.pop("$defs", None)
+    defs = found if isinstance(found, dict) else {}
 
-    def walk(node: Any) -> Any:
+    def inline(node: JSONObject) -> JSONObject:
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            target = copy.deepcopy(defs[ref.rsplit("/", 1)[-1]])
+            if not isinstance(target, dict):
+                raise TypeError(f"{model.__name__}: schema $ref {ref!r} names no object")
+            return inline({**target, **{k: v for k, v in node.items() if k != "$ref"}})
+        return {k: walk(v) for k, v in node.items() if k != "title" or not isinstance(v, str)}
+
+    def walk(node: JSONValue) -> JSONValue:
         if isinstance(node, dict):
-            if "$ref" in node:
-                target = copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]])
-                return walk({**target, **{k: v for k, v in node.items() if k != "$ref"}})
-            return {k: walk(v) for k, v in node.items() if k != "title" or not isinstance(v, str)}
+            return inline(node)
         if isinstance(node, list):
             return [walk(v) for v in node]
         return node
 
-    return walk(schema)
+    return inline(schema)
 
 
 class ToolContext:
@@ -111,7 +145,7 @@ class ToolContext:
         """A fresh backend per call, so its counters are that call's model calls."""
         return ModelBackend(self.client, self.settings.batch_size)
 
-    def taxonomy(self, ref: str | dict[str, Any] | list[Any]) -> Taxonomy:
+    def taxonomy(self, ref: TaxonomyRef) -> Taxonomy:
         """A named taxonomy from the settings (parsed once per file version) or an inline definition."""
         if not isinstance(ref, str):
             return build_taxonomy(ref, self.settings.max_taxonomy_nodes)
@@ -121,7 +155,7 @@ class ToolContext:
             raise TaxonomyError(f"no taxonomy named {ref!r} (known: {known}); or pass the taxonomy itself")
         return taxonomy_file(Path(path).expanduser(), self.settings.max_taxonomy_nodes, ref)
 
-    def fitted_index(self, ref: str | dict[str, Any] | list[Any]) -> Path | None:
+    def fitted_index(self, ref: TaxonomyRef) -> Path | None:
         """The fitted index saved beside a named taxonomy's file (`shoal taxonomy fit`), if there is one."""
         from agent_tools.taxonomy_fit import fitted_path
 

@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from agent_tools.backend import ModelBackend
+    from agent_tools.results import Classified, LeafScore, NodeScore
 
 EMBED_DEFAULTS = (0.03, 0.3)  # (temperature, none_score) when only one of them is given, for cosines
 RERANK_DEFAULTS = (0.1, 0.5)  # the same for cross-encoder probabilities
@@ -210,7 +211,7 @@ def decide(
     node_score: Mapping[int, float],
     opts: ClassifyOptions,
     stats: tuple[float, float],
-) -> dict[str, Any]:
+) -> Classified:
     """The answer for one text from its candidate leaves: best path, per-level confidence, alternatives."""
     import numpy as np
 
@@ -239,16 +240,17 @@ def decide(
     def confidence(share: float) -> float:
         return probability(share, d, cal) if relative else share
 
-    levels, chosen, chosen_confidence = [], 0, 0.0
+    levels: list[NodeScore] = []
+    chosen, chosen_confidence = 0, 0.0
     for node in t.path(best):
         c = confidence(mass(node))
         levels.append(node_out(t, node, node_score.get(node), c))
         if chosen == t.parent[node] and c >= opts.threshold:
             chosen, chosen_confidence = node, c
-    alternatives = []
+    alternatives: list[LeafScore] = []
     for k in order[1 : 1 + opts.alternatives]:
         share = float(weights[k]) / total
-        alternatives.append(node_out(t, int(leaves[k]), float(scores[k]), confidence(share), path_scores[k]))
+        alternatives.append(leaf_out(t, int(leaves[k]), float(scores[k]), confidence(share), path_scores[k]))
     return {
         "label": t.labels[chosen],
         "id": t.ids[chosen] if chosen else None,
@@ -256,20 +258,33 @@ def decide(
         "is_leaf": bool(chosen and not t.children[chosen]),
         "confidence": round(chosen_confidence, 6) if chosen else None,
         "levels": levels,
-        "best_leaf": node_out(t, best, float(scores[order[0]]), confidence(mass(best)), path_scores[order[0]]),
+        "best_leaf": leaf_out(t, best, float(scores[order[0]]), confidence(mass(best)), path_scores[order[0]]),
         "alternatives": alternatives,
     }
 
 
-def node_out(
-    t: Taxonomy, node: int, score: float | None, confidence: float, path_score: float | None = None
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": t.ids[node], "name": t.names[node], "label": t.labels[node]}
-    out["score"] = None if score is None else round(float(score), 6)
-    if path_score is not None:
-        out["path_score"] = round(float(path_score), 6)
-    out["confidence"] = round(confidence, 6)
-    return out
+def node_out(t: Taxonomy, node: int, score: float | None, confidence: float) -> NodeScore:
+    """A node on the best path (its score is None when the search never scored it)."""
+    rounded = None if score is None else round(float(score), 6)
+    return {
+        "id": t.ids[node],
+        "name": t.names[node],
+        "label": t.labels[node],
+        "score": rounded,
+        "confidence": round(confidence, 6),
+    }
+
+
+def leaf_out(t: Taxonomy, node: int, score: float, confidence: float, path_score: float) -> LeafScore:
+    """A candidate leaf: the best one or a runner-up, with its path score."""
+    return {
+        "id": t.ids[node],
+        "name": t.names[node],
+        "label": t.labels[node],
+        "score": round(float(score), 6),
+        "path_score": round(float(path_score), 6),
+        "confidence": round(confidence, 6),
+    }
 
 
 def calibration(opts: ClassifyOptions) -> tuple[float, float]:
@@ -286,7 +301,7 @@ async def classify(
     opts: ClassifyOptions,
     cache: IndexCache,
     fitted: Path | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Classified]:
     """Classify a batch: one encode call for all texts; the node vectors come from the cache (or from a
     fitted index file)."""
     index = await cache.get(taxonomy, backend, model, fitted)
@@ -295,7 +310,7 @@ async def classify(
 
 async def classify_index(
     texts: list[str], index: TaxonomyIndex, backend: ModelBackend, model: str, opts: ClassifyOptions
-) -> list[dict[str, Any]]:
+) -> list[Classified]:
     """Classify a batch against a built index."""
     queries = await backend.embed(model, texts, is_query=True)
     if opts.strategy == "flat":
@@ -304,7 +319,7 @@ async def classify_index(
         return await asyncio.to_thread(_beam_batch, index, queries, opts)
     slots = asyncio.Semaphore(8)
 
-    async def one(text: str, query: np.ndarray) -> dict[str, Any]:
+    async def one(text: str, query: np.ndarray) -> Classified:
         async with slots:
             search = await run_beam_reranked(index, query, text, opts, backend)
         return _answer(search)
@@ -312,11 +327,11 @@ async def classify_index(
     return list(await asyncio.gather(*(one(t, q) for t, q in zip(texts, queries, strict=True))))
 
 
-def _beam_batch(index: TaxonomyIndex, queries: np.ndarray, opts: ClassifyOptions) -> list[dict[str, Any]]:
+def _beam_batch(index: TaxonomyIndex, queries: np.ndarray, opts: ClassifyOptions) -> list[Classified]:
     return [_answer(run_beam(index, q, opts)) for q in queries]
 
 
-def _answer(search: Search) -> dict[str, Any]:
+def _answer(search: Search) -> Classified:
     import numpy as np
 
     leaves, scores, paths = (np.concatenate(part) for part in zip(*search.found, strict=True))
@@ -334,7 +349,7 @@ def _answer(search: Search) -> dict[str, Any]:
 
 async def flat(
     index: TaxonomyIndex, texts: list[str], queries: np.ndarray, opts: ClassifyOptions, backend: ModelBackend
-) -> list[dict[str, Any]]:
+) -> list[Classified]:
     """Every leaf scored (by similarity, or by the cross-encoder when one is given): the unpruned baseline."""
     import numpy as np
 

@@ -12,9 +12,9 @@ which also gives the held-out accuracy `shoal taxonomy fit` prints. The result i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from agent_tools.errors import InvalidInput
 from agent_tools.taxonomy_calibration import (
@@ -127,6 +127,30 @@ def train_head(base: np.ndarray, leaves: np.ndarray, queries: np.ndarray, target
     return out
 
 
+class FitReport(TypedDict):
+    """What a fit saw and what cross-validation measured (`shoal taxonomy fit` prints it; None: no text to
+    measure on)."""
+
+    labelled_texts: int
+    leaf_texts: int
+    leaves_with_texts: int
+    leaves: int
+    folds: int
+    cv_top1_leaf: float | None
+    cv_top1_leaf_zero_shot: float | None
+    cv_expected_calibration_error: float
+
+
+class FittedMeta(TypedDict):
+    """The JSON saved with the fitted vectors: what they belong to, and the fit's report."""
+
+    format: str
+    digest: str
+    model: str
+    source: str
+    report: FitReport
+
+
 @dataclass
 class FitResult:
     """The fitted leaf vectors and calibration, and what cross-validation measured."""
@@ -134,21 +158,25 @@ class FitResult:
     own: np.ndarray
     level: float
     calibration: Calibration
-    report: dict[str, Any] = field(default_factory=dict)
+    report: FitReport
+
+
+Evidence = tuple[float, float, bool]  # one node on a held-out best path: (confidence, d, right)
 
 
 def ancestors(t: Taxonomy, node: int) -> set[int]:
     return set(t.path(node))
 
 
-def held_out(index: TaxonomyIndex, queries: np.ndarray, gold: list[int]) -> tuple[list[list[Any]], list[int]]:
+def held_out(index: TaxonomyIndex, queries: np.ndarray, gold: list[int]) -> tuple[list[Evidence], list[int]]:
     """Per text: (mass, d, right) of each node on the best path, and the best leaf (beam search, defaults)."""
     from agent_tools.taxonomy import ClassifyOptions, _answer, run_beam
 
     identity = Calibration(DEFAULT.k, DEFAULT.m, 1.0, 0.0, 0.0, "identity")
     index.calibration = identity  # confidence = mass, to learn the mapping from it
     opts = ClassifyOptions(threshold=0)
-    rows, best = [], []
+    rows: list[Evidence] = []
+    best: list[int] = []
     for q, g in zip(queries, gold, strict=True):
         search = run_beam(index, q, opts)
         answer = _answer(search)
@@ -156,7 +184,7 @@ def held_out(index: TaxonomyIndex, queries: np.ndarray, gold: list[int]) -> tupl
         right = ancestors(index.taxonomy, g)
         for level in answer["levels"]:
             node = index.taxonomy.by_id[level["id"]]
-            rows.append([level["confidence"], d, node in right])
+            rows.append((level["confidence"], d, node in right))
         best.append(index.taxonomy.by_id[answer["best_leaf"]["id"]])
     return rows, best
 
@@ -186,7 +214,7 @@ async def fit(
         fold[i] = (start + occurrence.get(g, 0)) % k  # a label's texts go to different folds, in turn
         occurrence[g] = occurrence.get(g, 0) + 1
 
-    def one_fold(f: int, own_fitted: bool) -> tuple[list[list[Any]], list[int], list[int]]:
+    def one_fold(f: int, own_fitted: bool) -> tuple[list[Evidence], list[int], list[int]]:
         train, test = fold != f, np.flatnonzero(fold == f)
         own = base
         if own_fitted:
@@ -198,7 +226,9 @@ async def fit(
         return rows, best, test.tolist()
 
     def cross_validate(own_fitted: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        rows, best, order = [], [], []
+        rows: list[Evidence] = []
+        best: list[int] = []
+        order: list[int] = []
         for f in range(k):
             r, b, o = one_fold(f, own_fitted)
             rows += r
@@ -217,7 +247,7 @@ async def fit(
     zero_at_leaf = np.isin(gold[zero_order], leaves)
     targets = np.array([position[int(g)] for g in gold[np.isin(gold, leaves)]], dtype=np.int64)
     own = await asyncio.to_thread(train_head, base, leaves, queries[np.isin(gold, leaves)], targets)
-    report = {
+    report: FitReport = {
         "labelled_texts": len(labelled),
         "leaf_texts": int(np.isin(gold, leaves).sum()),
         "leaves_with_texts": len(set(gold[np.isin(gold, leaves)].tolist())),
@@ -236,9 +266,13 @@ def save_fitted(path: Path, t: Taxonomy, model: str, result: FitResult) -> None:
     """One .npz (no pickles): the leaf vectors, the calibration, the taxonomy digest, the model, the report."""
     import numpy as np
 
-    meta: dict[str, Any] = {"format": FORMAT, "digest": t.digest, "model": model}
-    meta["source"] = result.calibration.source
-    meta["report"] = result.report
+    meta: FittedMeta = {
+        "format": FORMAT,
+        "digest": t.digest,
+        "model": model,
+        "source": result.calibration.source,
+        "report": result.report,
+    }
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(
         tmp,

@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agent_tools.errors import TaxonomyError
 from agent_tools.taxonomy_calibration import DEFAULT, REFERENCE_LEAVES, Calibration
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from agent_tools.backend import ModelBackend
+    from engine.tasks.results import JSONObject
 
 INDEX_VERSION = "own+path+proto0.5/v2"  # part of the cache key: change it when the representation changes
 SELF_WEIGHT = 0.5  # share of an internal node's own text in its prototype
@@ -241,14 +242,18 @@ class IndexCache:
                 self._items.popitem(last=False)
 
 
-def read_meta(path: Path) -> dict[str, Any]:
+def read_meta(path: Path) -> JSONObject:
+    """The JSON saved with a fitted index (agent_tools.taxonomy_fit.FittedMeta), checked field by field by
+    the caller."""
     import numpy as np
 
     try:
         with np.load(path, allow_pickle=False) as z:
-            meta: dict[str, Any] = json.loads(str(z["meta"]))
+            meta = json.loads(str(z["meta"]))
     except (OSError, ValueError, KeyError) as e:
         raise TaxonomyError(f"fitted index {path} cannot be read: {e}") from None
+    if not isinstance(meta, dict):
+        raise TaxonomyError(f"fitted index {path} is not a {FORMAT} file")
     return meta
 
 

@@ -12,7 +12,6 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from agent_tools.errors import TaxonomyError
 
@@ -106,8 +105,9 @@ def parse_taxonomy_text(text: str, fmt: str = "yaml", max_nodes: int = 200_000, 
     return build_taxonomy(data, max_nodes)
 
 
-def build_taxonomy(data: Any, max_nodes: int = 200_000) -> Taxonomy:
-    """Validate parsed data (nested or flat) and return the tree in preorder."""
+def build_taxonomy(data: object, max_nodes: int = 200_000) -> Taxonomy:
+    """Validate parsed data (nested or flat: whatever a YAML or JSON parser or a caller gave) and return the
+    tree in preorder."""
     if isinstance(data, list):
         data = {"name": "root", "children": data}
     if not isinstance(data, dict):
@@ -116,11 +116,11 @@ def build_taxonomy(data: Any, max_nodes: int = 200_000) -> Taxonomy:
     return _finish(raw)
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _text(obj: dict[str, Any], key: str, where: str, required: bool = False) -> str:
+def _text(obj: dict[str, object], key: str, where: str, required: bool = False) -> str:
     value = obj.get(key)
     if value is None and not required:
         return ""
@@ -132,16 +132,20 @@ def _text(obj: dict[str, Any], key: str, where: str, required: bool = False) -> 
     return value.strip()
 
 
-def _examples(obj: dict[str, Any], where: str) -> list[str]:
+def _examples(obj: dict[str, object], where: str) -> list[str]:
     value = obj.get("examples") or []
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         raise TaxonomyError(f"{where}: 'examples' must be a list of strings")
     return [x.strip() for x in value if x.strip()]
 
 
-def _node(obj: Any, keys: set[str], parent: int, where: str) -> _Raw:
+def _mapping(obj: object, where: str) -> dict[str, object]:
     if not isinstance(obj, dict):
         raise TaxonomyError(f"{where}: a node must be a mapping with a 'name', not {_kind(obj)}")
+    return obj
+
+
+def _node(obj: dict[str, object], keys: set[str], parent: int, where: str) -> _Raw:
     unknown = set(obj) - keys
     if unknown:
         raise TaxonomyError(f"{where}: unknown field(s) {sorted(map(str, unknown))}; a node has {sorted(keys)}")
@@ -150,20 +154,21 @@ def _node(obj: Any, keys: set[str], parent: int, where: str) -> _Raw:
     return _Raw(name, node_id, _text(obj, "description", where), _examples(obj, where), parent, where)
 
 
-def _parse_nested(root: dict[str, Any], max_nodes: int) -> list[_Raw]:
+def _parse_nested(root: dict[str, object], max_nodes: int) -> list[_Raw]:
     """Depth-first with explicit enter/exit steps, so a YAML alias that points at its own ancestor (a cycle)
     is seen without recursion, and an alias bomb stops at max_nodes."""
     root = {"name": "root", **root}
     raw: list[_Raw] = []
     on_path: set[int] = set()
-    stack: list[tuple[bool, Any, int, str]] = [(True, root, -1, "taxonomy")]
+    stack: list[tuple[bool, object, int, str]] = [(True, root, -1, "taxonomy")]
     while stack:
-        enter, obj, parent, where = stack.pop()
+        enter, item, parent, where = stack.pop()
         if not enter:
-            on_path.discard(id(obj))
+            on_path.discard(id(item))
             continue
-        if id(obj) in on_path:
+        if id(item) in on_path:
             raise TaxonomyError(f"{where}: the taxonomy is cyclic (this node contains itself, e.g. via a YAML alias)")
+        obj = _mapping(item, where)
         node = _node(obj, NODE_KEYS, parent, where)
         raw.append(node)
         if len(raw) > max_nodes:
@@ -179,7 +184,7 @@ def _parse_nested(root: dict[str, Any], max_nodes: int) -> list[_Raw]:
     return raw
 
 
-def _parse_flat(data: dict[str, Any], max_nodes: int) -> list[_Raw]:
+def _parse_flat(data: dict[str, object], max_nodes: int) -> list[_Raw]:
     """`nodes: [{id, name, parent?}]`; parents are resolved after all ids are known, then cycles are found."""
     nodes = data["nodes"]
     if not isinstance(nodes, list):
@@ -190,8 +195,9 @@ def _parse_flat(data: dict[str, Any], max_nodes: int) -> list[_Raw]:
     raw = [_Raw(root_name, None, _text(data, "description", "taxonomy"), [], -1, "taxonomy")]
     index: dict[str, int] = {}
     parents: list[str | None] = [None]
-    for k, obj in enumerate(nodes):
+    for k, item in enumerate(nodes):
         where = f"taxonomy.nodes[{k}]"
+        obj = _mapping(item, where)
         node = _node(obj, FLAT_KEYS, 0, where)
         if node.id is None:
             raise TaxonomyError(f"{where}: a node in a flat taxonomy needs an 'id'")

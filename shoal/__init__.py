@@ -7,7 +7,7 @@ client never needs them, and the in-process engine imports them when it is first
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.client.http import AsyncClient
@@ -42,7 +42,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # the names are typed by the imports above
     if name not in _HOMES:
         raise AttributeError(f"module 'shoal' has no attribute {name!r}")
     value = getattr(importlib.import_module(_HOMES[name]), name)

@@ -6,7 +6,7 @@ texts and labels, and a function that calls the SDK's `extract` through the back
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agent_tools.errors import ToolNotFound
 from agent_tools.registry import Tool, ToolContext
@@ -16,6 +16,9 @@ from agent_tools.tools.extract_entities import extract_entities
 from agent_tools.tools.filter_context import filter_context
 from agent_tools.tools.rerank import rerank
 from agent_tools.tools.search import search
+
+if TYPE_CHECKING:
+    from agent_tools.results import ToolResult
 
 TOOLS: dict[str, Tool] = {
     t.name: t for t in (classify_taxonomy, filter_context, rerank, search, embed, extract_entities)
@@ -30,7 +33,7 @@ def get_tool(name: str) -> Tool:
         raise ToolNotFound(f"no tool named {name!r}; the tools are {', '.join(TOOLS)}") from None
 
 
-async def call_tool(ctx: ToolContext, name: str, arguments: Any) -> dict[str, Any]:
+async def call_tool(ctx: ToolContext, name: str, arguments: object) -> ToolResult:
     """Validate and run one tool call in a context (the HTTP router, the MCP server and the functions all
     call tools through here)."""
     t = get_tool(name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -11,12 +11,15 @@ from agent_tools.errors import check_count, check_text
 from agent_tools.registry import ToolContext, tool
 from agent_tools.taxonomy import ClassifyOptions, classify_index
 
+if TYPE_CHECKING:
+    from agent_tools.results import ClassifyResult, TaxonomyInfo
+
 Text = Annotated[str, StringConstraints(min_length=1)]
 
 
 class _Request(BaseModel):
     texts: list[Text] = Field(min_length=1, description="texts to classify (a product, a ticket, a document)")
-    taxonomy: str | dict[str, Any] = Field(
+    taxonomy: str | dict[str, object] = Field(  # an inline taxonomy is checked by build_taxonomy
         description="the name of a taxonomy the server has, or a taxonomy itself: "
         "{name, children: [{name, description?, examples?, children?}]} or {nodes: [{id, name, parent?}]}"
     )
@@ -28,7 +31,7 @@ class ClassifyTaxonomyInput(ClassifyOptions, _Request):  # fields: the request's
 
 
 @tool("classify_taxonomy", ClassifyTaxonomyInput)
-async def classify_taxonomy(ctx: ToolContext, args: ClassifyTaxonomyInput) -> dict[str, Any]:
+async def classify_taxonomy(ctx: ToolContext, args: ClassifyTaxonomyInput) -> ClassifyResult:
     """Put each text into the right node of a (possibly large) hierarchical taxonomy. Returns, per text, the
     deepest node the classifier is confident about (a leaf, or a broader category when no leaf fits; "" when
     nothing fits), the score and confidence (a calibrated probability of being right) at each level of the best
@@ -43,8 +46,13 @@ async def classify_taxonomy(ctx: ToolContext, args: ClassifyTaxonomyInput) -> di
     model = args.model or s.embed_model
     index = await ctx.cache.get(taxonomy, backend, model, ctx.fitted_index(args.taxonomy))
     results = await classify_index(args.texts, index, backend, model, options)
-    info = {"digest": taxonomy.digest, "nodes": len(taxonomy), "leaves": len(taxonomy.leaves)}
-    info |= {"fitted": index.fitted is not None, "calibration": index.calibration.source}
+    info: TaxonomyInfo = {
+        "digest": taxonomy.digest,
+        "nodes": len(taxonomy),
+        "leaves": len(taxonomy.leaves),
+        "fitted": index.fitted is not None,
+        "calibration": index.calibration.source,
+    }
     return {
         "results": results,
         "taxonomy": info,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from agent_tools.errors import check_count, check_text
 from agent_tools.registry import ToolContext, tool
+
+if TYPE_CHECKING:
+    from agent_tools.results import EmbedResult
+    from engine.tasks.results import JSONObject
 
 
 class EmbedInput(BaseModel):
@@ -20,14 +24,14 @@ class EmbedInput(BaseModel):
 
 
 @tool("embed", EmbedInput)
-async def embed(ctx: ToolContext, args: EmbedInput) -> dict[str, Any]:
+async def embed(ctx: ToolContext, args: EmbedInput) -> EmbedResult:
     """Embed texts with a dense embedding model; returns one vector (a list of floats) per text, in order."""
     s = ctx.settings
     check_count("texts", len(args.texts), s.max_texts)
     for i, text in enumerate(args.texts):
         check_text(f"texts.{i}", text, s.max_text_chars)
     model = args.model or s.embed_model
-    options = {"dimensions": args.dimensions} if args.dimensions else None
+    options: JSONObject | None = {"dimensions": args.dimensions} if args.dimensions else None
     backend = ctx.backend()
     rows = await backend.encode(model, list(args.texts), is_query=args.is_query, options=options)
     vectors = [[float(x) for x in r["dense"]] for r in rows]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from agent_tools.errors import check_count, check_text
 from agent_tools.registry import ToolContext, tool
+
+if TYPE_CHECKING:
+    from agent_tools.results import ExtractEntitiesResult, TextEntities
+    from engine.tasks.results import Entity, JSONObject
 
 Label = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
@@ -26,7 +30,7 @@ class ExtractEntitiesInput(BaseModel):
 
 
 @tool("extract_entities", ExtractEntitiesInput)
-async def extract_entities(ctx: ToolContext, args: ExtractEntitiesInput) -> dict[str, Any]:
+async def extract_entities(ctx: ToolContext, args: ExtractEntitiesInput) -> ExtractEntitiesResult:
     """Find named entities of the given types (people, organisations, dates, amounts, product codes...) in
     texts; returns, per text, each entity's text, label, score and character offsets."""
     s = ctx.settings
@@ -34,11 +38,15 @@ async def extract_entities(ctx: ToolContext, args: ExtractEntitiesInput) -> dict
     for i, text in enumerate(args.texts):
         check_text(f"texts.{i}", text, s.max_text_chars)
     model = args.model or s.extract_model
-    options = {"threshold": args.threshold} if args.threshold is not None else None
+    options: JSONObject | None = {"threshold": args.threshold} if args.threshold is not None else None
     backend = ctx.backend()
     rows = await backend.extract(model, list(args.texts), list(args.labels), options)
-    keys = ("text", "label", "score", "start", "end")
-    results = [
-        {"index": i, "entities": [{k: e[k] for k in keys} for e in row["entities"]]} for i, row in enumerate(rows)
+    results: list[TextEntities] = [
+        {"index": i, "entities": [_entity(e) for e in row["entities"]]} for i, row in enumerate(rows)
     ]
     return {"model": model, "results": results, "model_calls": backend.calls.as_dict()}
+
+
+def _entity(e: Entity) -> Entity:
+    """The fields a tool result shows, in this order."""
+    return {"text": e["text"], "label": e["label"], "score": e["score"], "start": e["start"], "end": e["end"]}

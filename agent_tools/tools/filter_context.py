@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import TYPE_CHECKING, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -10,6 +10,9 @@ from agent_tools.context_filter import FilterOptions
 from agent_tools.context_filter import filter_context as run_filter
 from agent_tools.errors import check_count, check_text
 from agent_tools.registry import ToolContext, tool
+
+if TYPE_CHECKING:
+    from agent_tools.results import FilterResult
 
 
 class _Request(BaseModel):
@@ -29,7 +32,7 @@ class FilterContextInput(FilterOptions, _Request):
 
 
 @tool("filter_context", FilterContextInput)
-async def filter_context(ctx: ToolContext, args: FilterContextInput) -> dict[str, Any]:
+async def filter_context(ctx: ToolContext, args: FilterContextInput) -> FilterResult:
     """Cut a context down to what matters for a query: score passages with a reranker (or embedding
     similarity), keep those above the threshold and within the token budget in their original order, and report
     the tokens before and after. Optionally prune sentences inside the kept passages."""

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from agent_tools.context_filter import Scorer
 from agent_tools.errors import check_count, check_text
 from agent_tools.registry import ToolContext, tool
+
+if TYPE_CHECKING:
+    from agent_tools.results import Ranked, RerankResult
 
 
 class RerankInput(BaseModel):
@@ -23,7 +26,7 @@ class RerankInput(BaseModel):
 
 
 @tool("rerank", RerankInput)
-async def rerank(ctx: ToolContext, args: RerankInput) -> dict[str, Any]:
+async def rerank(ctx: ToolContext, args: RerankInput) -> RerankResult:
     """Rerank documents for a query with a cross-encoder (or embedding similarity when no reranker is set);
     returns the documents best first with their index in the input and their score."""
     s = ctx.settings
@@ -35,5 +38,5 @@ async def rerank(ctx: ToolContext, args: RerankInput) -> dict[str, Any]:
     scorer = Scorer(backend, s.embed_model, args.model or s.rerank_model)
     scores = (await scorer(args.query, list(args.documents))).tolist()
     order = sorted(range(len(scores)), key=lambda i: -scores[i])[: args.top_n]
-    results = [{"index": i, "score": round(scores[i], 6), "text": args.documents[i]} for i in order]
+    results: list[Ranked] = [{"index": i, "score": round(scores[i], 6), "text": args.documents[i]} for i in order]
     return {"scorer": scorer.name, "results": results, "model_calls": backend.calls.as_dict()}

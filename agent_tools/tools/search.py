@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_tools.config import ToolSettings
 from agent_tools.errors import CollectionNotFound, Forbidden, InvalidInput, ShoalError, check_text
 from agent_tools.registry import ToolContext, tool
+
+if TYPE_CHECKING:
+    from agent_tools.results import SearchResult
+    from engine.tasks.results import JSONObject, JSONScalar, JSONValue
 
 
 class SearchInput(BaseModel):
@@ -32,7 +37,7 @@ class StoreFailure(ShoalError):
 
 
 @tool("search", SearchInput)
-async def search(ctx: ToolContext, args: SearchInput) -> dict[str, Any]:
+async def search(ctx: ToolContext, args: SearchInput) -> SearchResult:
     """Search a collection of ingested documents (ingested with `shoal ingest`) and return the best chunks with
     their source, pages, heading path and score."""
     import pipeline
@@ -63,7 +68,9 @@ async def search(ctx: ToolContext, args: SearchInput) -> dict[str, Any]:
             raise CollectionNotFound(e.message) from None
         err = StoreFailure(f"{e.code}: {e.message}")
         raise err from None
-    results = [{"id": h.id, "score": round(float(h.score), 6), "text": h.text, **jsonable(h.metadata)} for h in hits]
+    results: list[JSONObject] = [
+        {"id": h.id, "score": round(float(h.score), 6), "text": h.text, **jsonable(h.metadata)} for h in hits
+    ]
     shown = db if s.open_stores or args.db else "default"  # a server does not show its own store URL
     return {"db": shown, "collection": collection, "results": results}
 
@@ -79,21 +86,33 @@ def check_store(s: ToolSettings, db: str, collection: str) -> None:
         raise Forbidden(f"this server's search tool does not search the collection {collection!r}")
 
 
-def jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
+def jsonable(metadata: Mapping[str, object]) -> JSONObject:
     """Metadata a tool result can carry: plain values and small lists; vectors and other blobs are left out."""
-    out: dict[str, Any] = {}
-    for key, value in metadata.items():
-        value = value.tolist() if hasattr(value, "tolist") else value
-        if isinstance(value, (str, int, float, bool)) or value is None:
+    out: JSONObject = {}
+    for key, stored in metadata.items():
+        value = stored.tolist() if hasattr(stored, "tolist") else stored  # numpy scalars and arrays
+        if _scalar(value):
             out[key] = value
         elif isinstance(value, (list, tuple)) and len(value) <= 64 and all(_plain(v) for v in value):
-            out[key] = list(value)
+            out[key] = [_listed(v) for v in value if _plain(v)]
         elif isinstance(value, dict) and len(value) <= 64 and all(_plain(v) for v in value.values()):
-            out[key] = {str(k): v for k, v in value.items()}
+            out[key] = {str(k): _listed(v) for k, v in value.items() if _plain(v)}
     return out
 
 
-def _plain(value: Any) -> bool:
-    if isinstance(value, (list, tuple)):
-        return len(value) <= 64 and all(isinstance(v, (str, int, float, bool)) or v is None for v in value)
+def _scalar(value: object) -> TypeGuard[JSONScalar]:
     return isinstance(value, (str, int, float, bool)) or value is None
+
+
+def _plain(value: object) -> TypeGuard[JSONScalar | list[JSONScalar] | tuple[JSONScalar, ...]]:
+    if isinstance(value, (list, tuple)):
+        return len(value) <= 64 and all(_scalar(v) for v in value)
+    return _scalar(value)
+
+
+def _listed(value: JSONScalar | list[JSONScalar] | tuple[JSONScalar, ...]) -> JSONValue:
+    """A plain value as JSON: a tuple becomes the list it is serialised as."""
+    if isinstance(value, (list, tuple)):
+        items: list[JSONValue] = list(value)
+        return items
+    return value

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+import weakref
+from typing import TYPE_CHECKING
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup, TyperOption
+
+if TYPE_CHECKING:
+    from typer import _click  # the click typer vendors: TyperGroup's own signatures name these types
 
 from shoal import __version__
 from shoal.failures import USAGE, explain
@@ -40,7 +44,7 @@ class ShoalGroup(TyperGroup):
     so any declared group option would cost each `shoal CMD --help` the import of pydantic.
     """
 
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
         end = args.index("--") if "--" in args else len(args)
         if "--debug" in args[:end] or os.environ.get("SHOAL_DEBUG", "") not in ("", "0", "false"):
             ctx.meta[DEBUG_KEY] = True
@@ -53,21 +57,23 @@ class ShoalGroup(TyperGroup):
             ctx.exit()
         return super().parse_args(ctx, args)
 
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+    def get_command(self, ctx: _click.Context, cmd_name: str) -> _click.Command | None:
         cmd = super().get_command(ctx, cmd_name)
-        if cmd is not None and not getattr(cmd, "_shoal_plain", False):
+        if cmd is not None and cmd not in _PLAIN:
             plain_help(cmd, ctx)
         return cmd
 
-    def get_help_option(self, ctx: Any) -> Any:
+    def get_help_option(self, ctx: _click.Context) -> None:
         return None  # the group's --help is read in parse_args (see the class docstring)
 
-    def format_options(self, ctx: Any, formatter: Any) -> None:
+    def format_options(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
         with formatter.section("Global options"):
             formatter.write_dl(GLOBAL_OPTIONS)
         super().format_options(ctx, formatter)
 
-    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: _click.Context | None = None, **extra: object
+    ) -> _click.Context:
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except Exception as e:
@@ -75,7 +81,7 @@ class ShoalGroup(TyperGroup):
                 e.exit_code = USAGE  # type: ignore[attr-defined]  # click's default is 2, our "unreachable"
             raise
 
-    def invoke(self, ctx: Any) -> Any:
+    def invoke(self, ctx: _click.Context) -> object:
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort):
@@ -98,15 +104,24 @@ def first_paragraph(text: str | None) -> str:
     return " ".join((text or "").strip().split("\n\n")[0].split())
 
 
-def plain_help(cmd: Any, ctx: Any) -> None:
+_PLAIN: weakref.WeakSet[_click.Command] = weakref.WeakSet()  # commands plain_help has already shaped
+
+
+def plain_help(cmd: _click.Command, ctx: _click.Context) -> None:
     """The command list shows each command's whole first paragraph (click cuts it at about 45 characters), and
     a repeatable option shows its item's placeholder (`<str>`, with `...` for an argument), not `<list[str]>`."""
     cmd.short_help = first_paragraph(cmd.help)
     for param in cmd.params:
+        if not isinstance(param, (TyperArgument, TyperOption)):  # only typer's own parameters show a type
+            continue
         if param.metavar is not None or getattr(param, "is_flag", False):
             continue
-        shown = param.display_type(ctx) if hasattr(param, "display_type") else None
-        if isinstance(shown, str) and shown.startswith("<list[") and shown.endswith("]>"):
+        shown = param.display_type(ctx)
+        if shown.startswith("<list[") and shown.endswith("]>"):
             item = f"<{shown[6:-2].lower()}>"  # the usage line keeps its own name for the parameter
-            param.display_type_rich = lambda ctx=None, item=item: item
-    cmd._shoal_plain = True
+
+            def placeholder(ctx: _click.Context | None = None, item: str = item) -> str:
+                return item
+
+            param.display_type_rich = placeholder  # type: ignore[method-assign]  # this parameter's only
+    _PLAIN.add(cmd)

@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Literal, TypedDict, get_args
 
 import typer
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from engine.client.calls import EncodeResult, Item
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # the engine's output dtypes (engine.tasks.task.OUTPUT_DTYPES; a test keeps the two equal), checked before any load
@@ -17,7 +22,16 @@ Output = Literal["dense", "sparse", "multivector"]
 PRODUCES = re.compile(r"cannot produce \[.*?\]; it produces \[([^\]]*)\]")
 
 
-def dims_of(vec: Any, dtype: str, dimensions: int | None) -> int:
+class EncodeArgs(TypedDict, total=False):
+    """The SDK `encode` keyword arguments the options give."""
+
+    is_query: bool | None
+    options: dict[str, int] | None
+    output_types: list[str]
+    output_dtype: str
+
+
+def dims_of(vec: np.ndarray, dtype: str, dimensions: int | None) -> int:
     """The vector's dimension as the model sees it: (u)binary vectors travel as packed bytes (8 dims each)."""
     if dtype in PACKED:
         return dimensions or int(vec.shape[-1]) * 8
@@ -57,7 +71,7 @@ def encode(
     if not lines:
         raise typer.BadParameter("no texts given (pass them as arguments or on stdin)")
     options = {"dimensions": dimensions} if dimensions else None
-    kwargs: dict[str, Any] = {"is_query": query or None, "options": options, "output_types": [output]}
+    kwargs: EncodeArgs = {"is_query": query or None, "options": options, "output_types": [output]}
     if output == "dense":
         kwargs["output_dtype"] = dtype
     elif dtype != "float32":
@@ -79,8 +93,10 @@ def encode(
         print(json.dumps({"text": text, **_shown(r, output, dtype, dimensions)}))
 
 
-def _encode(url: str | None, api_key: str | None, model: str, texts: list[str], kwargs: dict[str, Any]) -> Any:
-    lines: list[str | dict[str, Any]] = list(texts)
+def _encode(
+    url: str | None, api_key: str | None, model: str, texts: list[str], kwargs: EncodeArgs
+) -> list[EncodeResult]:
+    lines: list[Item] = list(texts)
     if url:
         from engine.client.sync import Client
 
@@ -93,7 +109,7 @@ def _encode(url: str | None, api_key: str | None, model: str, texts: list[str], 
         return e.encode(model, lines, **kwargs)
 
 
-def _shown(r: Any, output: str, dtype: str, dimensions: int | None) -> dict[str, Any]:
+def _shown(r: EncodeResult, output: str, dtype: str, dimensions: int | None) -> dict[str, object]:
     """One result as JSON-ready fields: the dense vector with its dims, sparse term weights, or token vectors."""
     if output == "sparse":
         sp = r["sparse"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -39,7 +39,7 @@ def extract_command(
     wanted = [label.strip() for label in labels.split(",")] if labels.strip() else []
     if not wanted:
         raise typer.BadParameter("name at least one label: --labels person,organisation")
-    options: dict[str, Any] = {}
+    options: dict[str, float | bool] = {}
     if threshold is not None:
         options["threshold"] = threshold
     if multi_label:

@@ -39,7 +39,7 @@ ModelRoot = Annotated[
 ]
 
 
-def settings_from(**overrides: Any) -> EngineSettings:
+def settings_from(**overrides: Any) -> EngineSettings:  # any option's value: EngineSettings checks each
     """EngineSettings from the options a user gave (None means: keep the default / SHOAL_* variable); a
     setting that does not validate is a one-line INVALID_SETTING error (exit 1)."""
     from pydantic import ValidationError
@@ -181,7 +181,7 @@ def serve(
     if not settings.queue_url:  # a gateway loads nothing; its workers check their own models
         check_preload(settings)
     from agent_tools.cli import named_taxonomies
-    from agent_tools.config import ToolSettings
+    from agent_tools.config import ToolOverrides, ToolSettings
     from agent_tools.http import tools_router
     from engine.http.app import create_app
     from engine.http.server import serve_app
@@ -190,12 +190,14 @@ def serve(
     engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
     http = create_app(engine)
     # the search tool opens only the stores and collections configured here (as model folders: off unless asked)
-    tools: dict[str, Any] = {"open_stores": False, "search_dbs": search_db or []}
+    tools: ToolOverrides = {"open_stores": False, "search_dbs": search_db or []}
     tools["search_collections"] = search_collection or []
     if taxonomy:
         tools["taxonomies"] = named_taxonomies(taxonomy)
     if db:
-        tools |= {"db": db, "collection": collection} if collection else {"db": db}
+        tools["db"] = db
+        if collection:
+            tools["collection"] = collection
     http.include_router(tools_router(engine, ToolSettings(**tools)))  # GET /v1/tools, POST /v1/tools/{name}
     if db:
         from pipeline.http import search_router

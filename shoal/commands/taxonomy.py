@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from agent_tools.taxonomy_fit import FitReport
 
 app = typer.Typer(help="Taxonomies for classify_taxonomy: fit one to labelled texts.", no_args_is_help=True)
 
@@ -47,7 +50,7 @@ def fit_command(
     name = model or settings.embed_model
     target = output or fitted_path(taxonomy)
 
-    async def run() -> dict[str, object]:
+    async def run() -> FitReport:
         if url:
             from engine.client.http import AsyncClient
 
