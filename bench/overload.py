@@ -1,13 +1,15 @@
 """Throughput under overload: single-text encodes from 16 and from 256 concurrent clients against one
 `shoal serve`, with a /healthz prober running alongside.
 
-Each client posts one short text to /v1/encode (JSON), waits for its answer and posts the next; a 503 with
-Retry-After makes it wait that long (as a polite client does) and counts as shed. Per phase: admitted
-requests per second, their p50/p99 latency, shed requests, /healthz p50/p99 from a prober polling every
-50 ms on its own connection. The ratios compare 256 clients with 16 in the same run (the acceptance: at
+Each client holds one keep-alive connection, posts one short text to /v1/encode (JSON), waits for its answer
+and posts the next; a 503 with Retry-After makes it wait that long (as a polite client does) and counts as
+shed. The clients are raw asyncio sockets in a process of their own (a few microseconds a request, so their
+CPU does not stand in for the server's), and the prober polls /healthz every 50 ms on its own blocking
+connection in a third process. Per phase: admitted requests per second, their p50/p99 latency, shed
+requests, /healthz p50/p99. The ratios compare 256 clients with 16 in the same run (the acceptance: at
 least 0.8 of the throughput, at most 5x the p99, /healthz p99 under 100 ms). The server runs with
 SHOAL_ADMISSION_WAIT_S=--wait; with --no-admission a second one runs without it (the default) for comparison.
-Clients and server share the machine, so the figures include the clients' own CPU.
+Clients and server share the machine's cores.
 
     python -m bench.overload [--seconds 15] [--clients 16,256] [--wait 0.5] [--no-admission] [--out bench/results/overload.json]
 """
