@@ -100,10 +100,10 @@ class SparseVectors:
         return self.indices[lo:hi], self.values[lo:hi]
 
     @classmethod
-    def stack(cls, vectors: Sequence[SparseInput]) -> SparseVectors:
-        """One chunk's {indices, values} each, in order."""
-        ids = [np.asarray(v["indices"], dtype=np.int32).reshape(-1) for v in vectors]
-        weights = [np.asarray(v["values"], dtype=np.float32).reshape(-1) for v in vectors]
+    def stack(cls, vectors: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]]) -> SparseVectors:
+        """One chunk's (term ids, weights) each, in order."""
+        ids = [np.asarray(i, dtype=np.int32).reshape(-1) for i, _ in vectors]
+        weights = [np.asarray(w, dtype=np.float32).reshape(-1) for _, w in vectors]
         empty_i, empty_w = np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float32)
         return cls(
             np.concatenate(ids) if ids else empty_i,
@@ -158,8 +158,8 @@ class ChunkBatch:
             dim = next(np.shape(m)[-1] for m in given if m is not None)
             multi = TokenVectors.stack([np.empty((0, dim)) if m is None else m for m in given], dim)
         if any(r.get("sparse") is not None for r in rows):
-            none: SparseInput = {"indices": [], "values": []}
-            sparse = SparseVectors.stack([r.get("sparse") or none for r in rows])
+            given_sparse = [r.get("sparse") for r in rows]
+            sparse = SparseVectors.stack([(s["indices"], s["values"]) if s else ((), ()) for s in given_sparse])
         return cls(fields, vectors, multi, sparse)
 
     @classmethod
