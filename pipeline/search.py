@@ -4,7 +4,7 @@ can), filter by the portable `where` and/or the store's native filter, optionall
 from __future__ import annotations
 
 import asyncio
-from typing import TypedDict, Unpack
+from typing import Literal, TypedDict, Unpack
 
 import numpy as np
 
@@ -122,9 +122,11 @@ async def _search(
     return hits[:top_k]
 
 
-async def _encode(enricher: Enricher, model: str, query: str, output: str, options: dict[str, JSONValue]) -> F32:
+async def _encode(
+    enricher: Enricher, model: str, query: str, output: Literal["dense", "multivector"], options: dict[str, JSONValue]
+) -> F32:
     r = await enricher.client.encode(model, query, output_types=[output], is_query=True, options=options or None)
-    return np.asarray(r[output], dtype=np.float32)
+    return np.asarray(r["dense"] if output == "dense" else r["multivector"], dtype=np.float32)
 
 
 async def check_reranker(enricher: Enricher, model: str) -> None:
@@ -138,14 +140,7 @@ async def rerank_hits(enricher: Enricher, model: str, query: str, hits: list[Hit
     """Reorder hits by a cross-encoder's scores (the SIE `score` task)."""
     items: list[Item] = [{"id": h.id, "text": h.text} for h in hits]
     result = await enricher.client.score(model, query, items)
-    scores = result.get("scores", result) if isinstance(result, dict) else result
-    by_id: dict[str, float] = {}
-    for i, s in enumerate(scores):
-        if isinstance(s, dict):
-            key = s.get("item_id") or s.get("id") or hits[int(s.get("index", i))].id
-            by_id[str(key)] = float(s["score"])
-        else:
-            by_id[hits[i].id] = float(s)
+    by_id = {str(s["item_id"]): float(s["score"]) for s in result["scores"]}  # each item keeps its hit's id
     for h in hits:
         h.metadata["retrieval_score"] = h.score
         h.score = by_id.get(h.id, float("-inf"))
