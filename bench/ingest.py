@@ -14,7 +14,13 @@ Figures go to bench/results/ingest.json. The LlamaIndex baseline needs `pip inst
 `--llamaindex-python PATH` it runs under another venv's python instead (it only needs llama-index, the
 MiniLM package and torch there). Without either it is reported as skipped.
 
+Every run ends with one `ingest chunks/s:` line for `pipeline.ingest`, naming the checkout and its commit.
+`--against REV` first runs the same throughput comparison from a temporary checkout of REV (a detached git
+worktree, removed afterwards; same interpreter, same arguments) and prints its line next to this checkout's:
+the before and after of a change in one run. `--docs 24 --no-scaling --no-llamaindex` takes a few minutes.
+
     .venv/bin/python bench/ingest.py [--docs 200] [--threads N] [--sizes 0.2,2,20] [--no-scaling]
+    .venv/bin/python bench/ingest.py --against main --docs 24 --no-scaling --no-llamaindex
 """
 
 from __future__ import annotations
@@ -161,6 +167,36 @@ def print_throughput(rows: list[dict]) -> None:
     print(" 100%; LlamaIndex reports only its read share. Its splitter also counts metadata into chunk_size.)")
 
 
+def revision(root: Path) -> str:
+    """The checkout's commit (short), with `+changes` when its tracked files differ from it."""
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD"], capture_output=True).returncode
+    return (head.stdout.strip() or "unknown") + ("+changes" if dirty else "")
+
+
+def chunks_line(result: dict, root: Path) -> str:
+    """The one line to compare runs by: pipeline.ingest's chunks/s, with the checkout it ran."""
+    row = next((r for r in result.get("rows", []) if r.get("mode") == "shoal pipeline.ingest"), None)
+    if row is None:
+        return f"ingest chunks/s: no pipeline run ({root} @ {revision(root)})"
+    return (
+        f"ingest chunks/s: {row['chunks_per_s']:>8} chunks/s  ({row['chunks']} chunks, {row['wall_s']} s wall, "
+        f"{row['docs']} docs; {root} @ {revision(root)})"
+    )
+
+
+def run_against(rev: str, argv: list[str], tmp: Path) -> str:
+    """This benchmark's throughput part run from a temporary checkout of `rev`; its chunks/s line."""
+    checkout, out = tmp / "checkout", tmp / "against.json"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(checkout), rev], check=True)
+    try:
+        cmd = [sys.executable, str(checkout / "bench" / "ingest.py"), *argv, "--no-scaling", "--out", str(out)]
+        subprocess.run(cmd, check=True, cwd=checkout)
+        return chunks_line(json.loads(out.read_text()), checkout).replace(str(checkout), f"{rev} (temporary checkout)")
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(checkout)], check=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=200)
@@ -171,7 +207,14 @@ def main() -> None:
     ap.add_argument("--llamaindex-python", default=sys.executable, help="python of a venv with llama-index")
     ap.add_argument("--no-llamaindex", action="store_true", help="leave the LlamaIndex baseline out")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ingest.json")
+    ap.add_argument("--against", metavar="REV", help="first run the throughput part from a checkout of REV")
     args = ap.parse_args()
+    against = None
+    if args.against:
+        passed = ["--docs", str(args.docs), *(["--threads", str(args.threads)] if args.threads else [])]
+        passed += ["--no-llamaindex"] if args.no_llamaindex else ["--llamaindex-python", args.llamaindex_python]
+        with tempfile.TemporaryDirectory() as tmp:
+            against = run_against(args.against, passed, Path(tmp))
     import platform
 
     import torch
@@ -211,6 +254,10 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
+    if not args.no_throughput:
+        if against:
+            print(against)
+        print(chunks_line(result, ROOT))
 
 
 if __name__ == "__main__":

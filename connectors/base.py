@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypedDict, runtime_checkable
 
+from connectors.chunks import F32, ChunkBatch, ChunkRow, SparseInput
 from connectors.filters import And, Cond, Filter
 
 SearchMode = Literal["hybrid", "dense", "text", "sparse", "multivector"]
@@ -15,6 +17,10 @@ STATE_PREFIX = "shoal_state"  # side collection/table holding the ingest manifes
 KEYWORD_INDEXES = ("id", "source", "root", "kind", "entity_tags", "classes", "heading_path")
 INTEGER_INDEXES = ("chunk_index", "pages")
 ID_NAMESPACE = uuid.UUID("0b6c2a57-3f7e-4d4f-9a0e-6d1f0c9b7e21")
+JSONScalar = str | int | float | bool | None
+JSONValue = JSONScalar | list["JSONValue"] | dict[str, "JSONValue"]
+JSONLike = JSONScalar | Sequence["JSONLike"] | Mapping[str, "JSONLike"]  # what may be written as JSON
+Record = dict[str, JSONValue]  # a stored row's fields as a store gives them back, or a state record
 
 
 class StoreError(Exception):
@@ -52,16 +58,34 @@ class CollectionSpec:
     classes: bool = False
 
 
+class Layout(TypedDict):
+    """The named vectors of a Qdrant collection (server or Edge): dense and ColBERT sizes, sparse ones held."""
+
+    dense: int | None
+    colbert: int | None
+    sparse: bool
+    lexical: bool
+
+
+def layout_of(spec: CollectionSpec) -> Layout:
+    """The layout a collection spec needs in a Qdrant store (lexical BM25 terms always)."""
+    return {"dense": spec.dense_dim, "colbert": spec.multivector_dim, "sparse": spec.sparse, "lexical": True}
+
+
+def describe(layout: Layout) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in layout.items())
+
+
 @dataclass
 class SearchRequest:
     """One search: query vectors and/or text, a portable filter or the store's native one, a mode, a limit."""
 
-    vector: Any = None  # dense query vector (numpy)
+    vector: F32 | None = None  # dense query vector [dims]
     text: str | None = None
-    multivector: Any = None  # query token vectors (numpy, tokens x dim)
-    sparse: dict[str, Any] | None = None  # {"indices": [...], "values": [...]}
+    multivector: F32 | None = None  # query token vectors [tokens, dim]
+    sparse: SparseInput | None = None  # {"indices": ids, "values": weights}
     where: Filter | None = None
-    native: Any = None  # the store's own filter (SQL for LanceDB, a dict for Qdrant/Chroma, ...)
+    native: object = None  # the store's own filter (SQL for LanceDB, a dict for Qdrant/Chroma, ...), checked there
     mode: SearchMode = "hybrid"
     top_k: int = 10
 
@@ -73,7 +97,7 @@ class Hit:
     id: str
     score: float
     text: str
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: Record = field(default_factory=dict)
 
 
 @dataclass(frozen=True, order=True)
@@ -93,10 +117,10 @@ class StateTable(Protocol):
     that `scan` filters on; keys are unique strings.
     """
 
-    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]: ...
-    def put(self, records: dict[str, dict[str, Any]]) -> None: ...
+    def get(self, keys: list[str]) -> dict[str, Record]: ...
+    def put(self, records: Mapping[str, Mapping[str, JSONLike]]) -> None: ...
     def delete(self, keys: list[str]) -> None: ...
-    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]: ...
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, Record]: ...
 
 
 @runtime_checkable
@@ -115,8 +139,8 @@ class VectorStore(Protocol):
     def ensure_collection(self, spec: CollectionSpec) -> None:
         """Create the collection if missing; raise StoreError (SCHEMA_MISMATCH) when it exists with another shape."""
 
-    def upsert(self, collection: str, rows: list[dict[str, Any]]) -> int:
-        """Insert or replace rows by `id`; returns how many rows were written."""
+    def upsert(self, collection: str, chunks: ChunkBatch | Sequence[ChunkRow]) -> int:
+        """Insert or replace chunks by `id` (a batch, or row dicts gathered into one); returns how many were written."""
 
     def delete(self, collection: str, ids: list[str]) -> int:
         """Remove rows by id; returns how many were removed."""
@@ -142,7 +166,7 @@ class VectorStore(Protocol):
     def drop_collection(self, name: str) -> bool:
         """Remove a whole collection; False when there was none."""
 
-    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[Record]:
         """Every row with its id and the named fields (all metadata when None); for tests and exports."""
 
     def finalize(self, collection: str, changed: bool = True) -> None:

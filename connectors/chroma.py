@@ -11,11 +11,16 @@ to find the chunks holding each query term, ranks them by BM25 here, then fuses 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import chromadb
-from chromadb.api.types import GetResult, PyEmbedding, Where
+import numpy as np
+from chromadb.api.models.Collection import Collection
+from chromadb.api.types import GetResult, Include, Metadata, PyEmbedding, Where
+from chromadb.base_types import ArrayContainsOperator, LiteralValue, WhereOperator
 from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
 
 from connectors import lexical
@@ -24,12 +29,16 @@ from connectors.base import (
     Capabilities,
     CollectionSpec,
     Hit,
+    JSONLike,
+    JSONValue,
+    Record,
     SearchRequest,
     SourceCount,
     StoreError,
     check_spec,
     source_counts,
 )
+from connectors.chunks import F32, ChunkBatch, ChunkFields, ChunkRow, as_batch
 from connectors.filters import ENTITY, And, Cond, Filter, Or, entity_tag, field_kind
 from connectors.fusion import CANDIDATES, rrf_fuse
 from connectors.registry import StoreURL, parse_url
@@ -37,7 +46,7 @@ from connectors.registry import StoreURL, parse_url
 LEX_TERMS = 8  # most query terms looked up
 LEX_LIMIT = 200  # most chunks fetched per term; a term in more chunks than this carries little weight
 PAGE = 1000
-_OPS = {"eq": "$eq", "ne": "$ne", "gt": "$gt", "gte": "$gte", "lt": "$lt", "lte": "$lte", "in": "$in"}
+_OPS: dict[str, WhereOperator] = {"eq": "$eq", "ne": "$ne", "gt": "$gt", "gte": "$gte", "lt": "$lt", "lte": "$lte"}
 
 
 class ChromaStore:
@@ -68,7 +77,7 @@ class ChromaStore:
             where = f"{url.host}:{url.port or 8000}"
             raise StoreError(f"cannot reach Chroma at {where}: {str(e)[:200]}", code="STORE_UNREACHABLE") from None
         self.max_batch = max(1, int(self.client.get_max_batch_size()))
-        self._cols: dict[str, Any] = {}
+        self._cols: dict[str, Collection] = {}
 
     def state_dir(self) -> Path | None:
         return self.path
@@ -81,7 +90,7 @@ class ChromaStore:
 
     # -- collections ---------------------------------------------------------------------------------
 
-    def _col(self, name: str) -> Any:
+    def _col(self, name: str) -> Collection:
         if name not in self._cols:
             try:
                 self._cols[name] = self.client.get_collection(name, embedding_function=None)
@@ -124,17 +133,17 @@ class ChromaStore:
 
     # -- writes --------------------------------------------------------------------------------------
 
-    def upsert(self, collection: str, rows: list[dict[str, Any]]) -> int:
-        col = self._col(collection)
-        for i in range(0, len(rows), self.max_batch):
-            part = rows[i : i + self.max_batch]
+    def upsert(self, collection: str, chunks: ChunkBatch | Sequence[ChunkRow]) -> int:
+        batch, col = as_batch(chunks), self._col(collection)
+        for i in range(0, len(batch), self.max_batch):
+            part = batch.fields[i : i + self.max_batch]
             col.upsert(
-                ids=[r["id"] for r in part],
-                embeddings=[[float(x) for x in r["vector"]] for r in part],
-                documents=[r.get("text") or "" for r in part],
-                metadatas=[flat_metadata(r) for r in part],
+                ids=[f["id"] for f in part],
+                embeddings=batch.vectors[i : i + self.max_batch],  # the float32 matrix, as Chroma takes it
+                documents=[f.get("text") or "" for f in part],
+                metadatas=[flat_metadata(f) for f in part],
             )
-        return len(rows)
+        return len(batch)
 
     def delete(self, collection: str, ids: list[str]) -> int:
         col, removed = self._col(collection), 0
@@ -151,20 +160,20 @@ class ChromaStore:
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def _get_all(self, collection: str, where: dict[str, Any] | None, include: list[str]) -> dict[str, list[Any]]:
+    def _get_all(self, collection: str, where: Where | None, include: Include) -> _Columns:
         col, offset = self._col(collection), 0
-        out: dict[str, list[Any]] = {"ids": [], "metadatas": [], "documents": []}
+        out = _Columns([], [], [])
         while True:
             got = col.get(where=where, include=include, limit=PAGE, offset=offset)
-            out["ids"] += got["ids"]
-            for key in ("metadatas", "documents"):
-                out[key] += got.get(key) or []
+            out.ids += got["ids"]
+            out.metadatas += got["metadatas"] or []
+            out.documents += got["documents"] or []
             if len(got["ids"]) < PAGE:
                 return out
             offset += PAGE
 
     def ids_where(self, collection: str, where: Filter) -> set[str]:
-        return set(self._get_all(collection, to_chroma(where), [])["ids"])
+        return set(self._get_all(collection, to_chroma(where), []).ids)
 
     def count(self, collection: str, where: Filter | None = None) -> int:
         if where is None:
@@ -172,14 +181,14 @@ class ChromaStore:
         return len(self.ids_where(collection, where))
 
     def sources(self, collection: str) -> list[SourceCount]:
-        metas = self._get_all(collection, None, ["metadatas"])["metadatas"]
-        return source_counts([(m.get("root") or "", m.get("source") or "") for m in metas])
+        metas = self._get_all(collection, None, ["metadatas"]).metadatas
+        return source_counts([(str(m.get("root") or ""), str(m.get("source") or "")) for m in metas])
 
-    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[Record]:
         got = self._get_all(collection, None, ["metadatas", "documents"])
-        out = []
-        for i, m, d in zip(got["ids"], got["metadatas"], got["documents"], strict=True):
-            row = {"id": i, "text": d, **unflatten(m or {})}
+        out: list[Record] = []
+        for i, m, d in zip(got.ids, got.metadatas, got.documents, strict=True):
+            row: Record = {"id": i, "text": d, **unflatten(m or {})}
             out.append({k: row.get(k) for k in ["id", *fields]} if fields else row)
         return out
 
@@ -199,15 +208,16 @@ class ChromaStore:
         except (ValueError, TypeError) as e:  # chromadb raises ValueError for a malformed where
             raise StoreError(f"Chroma search failed: {str(e).splitlines()[0][:300]}", code="INVALID_FILTER") from None
 
-    def _dense(self, col: Any, vector: Any, where: dict[str, Any] | None, k: int) -> list[Hit]:
+    def _dense(self, col: Collection, vector: F32, where: Where | None, k: int) -> list[Hit]:
         got = col.query(
-            query_embeddings=[[float(x) for x in vector]], n_results=k, where=where,
+            query_embeddings=np.asarray(vector, dtype=np.float32).reshape(1, -1), n_results=k, where=where,
             include=["documents", "metadatas", "distances"],
         )  # fmt: skip
-        rows = zip(got["ids"][0], got["documents"][0], got["metadatas"][0], got["distances"][0], strict=True)
+        docs, metas, dists = got["documents"] or [[]], got["metadatas"] or [[]], got["distances"] or [[]]
+        rows = zip(got["ids"][0], docs[0], metas[0], dists[0], strict=True)
         return [Hit(i, 1.0 - float(dist), doc or "", unflatten(m or {})) for i, doc, m, dist in rows]
 
-    def _lexical(self, col: Any, text: str, where: dict[str, Any] | None, k: int) -> list[Hit]:
+    def _lexical(self, col: Collection, text: str, where: Where | None, k: int) -> list[Hit]:
         """BM25 over the chunks Chroma's document filter finds for each query term (case-insensitive)."""
         q_terms = list(dict.fromkeys(lexical.terms(text)))[:LEX_TERMS]
         docs: dict[str, str] = {}
@@ -216,50 +226,65 @@ class ChromaStore:
             pattern = "(?i)" + term.replace(".", "\\.")  # terms hold only word characters and -./'
             got = col.get(where=where, where_document={"$regex": pattern}, include=["documents"], limit=LEX_LIMIT)
             df[term] = len(got["ids"])
-            docs.update(zip(got["ids"], got["documents"], strict=True))
+            docs.update(zip(got["ids"], got["documents"] or [], strict=True))
         if not docs:
             return []
         scores = lexical.bm25_scores(text, docs, df, max(1, col.count()))
         order = sorted(scores, key=lambda i: -scores[i])[:k]
-        metas = dict(
-            zip(*(lambda g: (g["ids"], g["metadatas"]))(col.get(ids=order, include=["metadatas"])), strict=True)
-        )
+        found = col.get(ids=order, include=["metadatas"])
+        metas = dict(zip(found["ids"], found["metadatas"] or [], strict=True))
         return [Hit(i, scores[i], docs[i], unflatten(metas.get(i) or {})) for i in order]
 
     def finalize(self, collection: str, changed: bool = True) -> None:
         """Chroma indexes as it goes; nothing to do after a run."""
 
 
-def flat_metadata(row: dict[str, Any]) -> dict[str, Any]:
+@dataclass
+class _Columns:
+    """Ids, metadata and documents of the records a paged get() returned."""
+
+    ids: list[str]
+    metadatas: list[Metadata]
+    documents: list[str]
+
+
+def flat_metadata(fields: ChunkFields) -> Metadata:
     """Chroma metadata: scalars and non-empty scalar arrays; entities become one array per label.
 
     The id is repeated in the metadata, as Chroma's `where` cannot filter on record ids.
     """
-    meta: dict[str, Any] = {}
-    for key, value in row.items():
-        if key in ("text", "vector", "multivector", "sparse", "entities") or value is None:
+    meta: dict[str, str | int | float | bool | list[str | int | float | bool]] = {}
+    for key, value in fields.items():
+        if key in ("text", "entities") or value is None:
             continue
         if isinstance(value, list | tuple):
             if value:
-                meta[key] = list(value)
-        else:
+                meta[key] = [v for v in value if isinstance(v, str | int | float | bool)]
+        elif isinstance(value, str | int | float | bool):
             meta[key] = value
-    for label, texts in (row.get("entities") or {}).items():
+    for label, texts in fields.get("entities", {}).items():
         if texts:
             meta[ENTITY + label] = list(texts)
     return meta
 
 
-def unflatten(meta: dict[str, Any]) -> dict[str, Any]:
+def unflatten(meta: Metadata) -> Record:
     """Metadata as the other stores return it: `entity:<label>` arrays folded back into `entities`."""
-    out = {k: v for k, v in meta.items() if not k.startswith(ENTITY) and k != "id"}
-    entities = {k[len(ENTITY) :]: list(v) for k, v in meta.items() if k.startswith(ENTITY)}
+    out: Record = {k: _json(v) for k, v in meta.items() if not k.startswith(ENTITY) and k != "id"}
+    entities: dict[str, JSONValue] = {k[len(ENTITY) :]: _json(v) for k, v in meta.items() if k.startswith(ENTITY)}
     if entities or "entity_tags" in meta:
         out["entities"] = entities
     return out
 
 
-def to_chroma(f: Filter) -> dict[str, Any]:
+def _json(value: object) -> JSONValue:
+    """A Chroma metadata value as JSON: scalars as they are, arrays as lists."""
+    if isinstance(value, list | tuple):
+        return [v for v in value if isinstance(v, str | int | float | bool)]
+    return value if isinstance(value, str | int | float | bool) else None
+
+
+def to_chroma(f: Filter) -> Where:
     """A portable filter as a Chroma `where` ($and / $or need two or more parts)."""
     if isinstance(f, And | Or):
         parts = [to_chroma(x) for x in f.items]
@@ -267,20 +292,28 @@ def to_chroma(f: Filter) -> dict[str, Any]:
     return _cond(f)
 
 
-def _cond(c: Cond) -> dict[str, Any]:
-    key, value = c.field, c.value
+def _cond(c: Cond) -> Where:
+    key, values = c.field, c.values
     if c.field.startswith(ENTITY):
-        key = "entity_tags"
-        value = [entity_tag(c.field, v) for v in value] if c.op == "in" else entity_tag(c.field, value)
+        key, values = "entity_tags", tuple(entity_tag(c.field, v) for v in values)
     if (field_kind(c.field) or "").endswith("_list"):
         if c.op == "in":
-            parts = [{key: {"$contains": v}} for v in value]
+            parts: list[Where] = [_contains(key, "$contains", v) for v in values]
             return parts[0] if len(parts) == 1 else {"$or": parts}
-        return {key: {"$contains" if c.op == "eq" else "$not_contains": value}}
-    return {key: {_OPS[c.op]: list(value) if c.op == "in" else value}}
+        return _contains(key, "$contains" if c.op == "eq" else "$not_contains", values[0])
+    if c.op == "in":
+        among: dict[Literal["$in", "$nin"], list[LiteralValue]] = {"$in": list(values)}
+        return {key: among}
+    compare: dict[WhereOperator | Literal["$and", "$or"], LiteralValue] = {_OPS[c.op]: values[0]}
+    return {key: compare}
 
 
-def _combined_where(request: SearchRequest) -> dict[str, Any] | None:
+def _contains(key: str, op: ArrayContainsOperator, value: LiteralValue) -> Where:
+    test: dict[ArrayContainsOperator, LiteralValue] = {op: value}
+    return {key: test}
+
+
+def _combined_where(request: SearchRequest) -> Where | None:
     parts = [to_chroma(request.where)] if request.where is not None else []
     if request.native is not None:
         try:
@@ -289,7 +322,7 @@ def _combined_where(request: SearchRequest) -> dict[str, Any] | None:
             raise StoreError(f"Chroma's native filter is a JSON `where`: {e.msg}", code="INVALID_FILTER") from None
         if not isinstance(native, dict):
             raise StoreError("Chroma's native filter is a JSON object (a `where`)", code="INVALID_FILTER")
-        parts.append(native)
+        parts.append(native)  # Chroma checks its shape when it runs it
     return None if not parts else parts[0] if len(parts) == 1 else {"$and": parts}
 
 
@@ -300,32 +333,32 @@ class ChromaState:
         self.batch = store.max_batch
         self.col = store.client.get_or_create_collection(STATE_PREFIX, embedding_function=None)
 
-    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
+    def get(self, keys: list[str]) -> dict[str, Record]:
+        out: dict[str, Record] = {}
         for i in range(0, len(keys), self.batch):
             out.update(_state_records(self.col.get(ids=keys[i : i + self.batch], include=["documents"])))
         return out
 
-    def put(self, records: dict[str, dict[str, Any]]) -> None:
+    def put(self, records: Mapping[str, Mapping[str, JSONLike]]) -> None:
         items = list(records.items())
         for i in range(0, len(items), self.batch):
             part = items[i : i + self.batch]
             placeholders: list[PyEmbedding] = [[1.0] for _ in part]
             self.col.upsert(
                 ids=[k for k, _ in part], embeddings=placeholders, documents=[json.dumps(d, default=str) for _, d in part],
-                metadatas=[{f: d[f] for f in ("kind", "collection", "root") if d.get(f) is not None} for _, d in part],
+                metadatas=[{f: v for f in ("kind", "collection", "root") if isinstance(v := d.get(f), str)} for _, d in part],
             )  # fmt: skip
 
     def delete(self, keys: list[str]) -> None:
         for i in range(0, len(keys), self.batch):
             self.col.delete(ids=keys[i : i + self.batch])
 
-    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]:
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, Record]:
         conds: list[Where] = [
             {f: v} for f, v in (("kind", kind), ("collection", collection), ("root", root)) if v is not None
         ]
         where: Where = conds[0] if len(conds) == 1 else {"$and": conds}
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, Record] = {}
         offset = 0
         while True:
             got = self.col.get(where=where, include=["documents"], limit=PAGE, offset=offset)
@@ -335,7 +368,7 @@ class ChromaState:
             offset += PAGE
 
 
-def _state_records(got: GetResult) -> dict[str, dict[str, Any]]:
+def _state_records(got: GetResult) -> dict[str, Record]:
     """State records by key from a get() that included the documents (each a record as JSON)."""
     docs = got["documents"]
     if docs is None:

@@ -28,16 +28,19 @@ def to_edge(f: Filter) -> qe.Filter:
 
 
 def _cond(c: Cond) -> qe.Filter:
-    key, value = c.field, c.value
+    key, values = c.field, c.values
     if c.field.startswith(ENTITY):
-        key = "entity_tags"
-        value = [entity_tag(c.field, v) for v in value] if c.op == "in" else entity_tag(c.field, value)
-    if c.op == "in":
-        return qe.Filter(must=[qe.FieldCondition(key=key, match=qe.MatchAny(list(value)))])
-    if c.op in ("eq", "ne"):
-        cond = qe.FieldCondition(key=key, match=qe.MatchValue(value))
+        key, values = "entity_tags", tuple(entity_tag(c.field, v) for v in values)
+    if c.op in ("eq", "ne", "in"):
+        if any(isinstance(v, float) for v in values):
+            raise StoreError(f"{c.field}: Qdrant matches strings and whole numbers; use a range (>, <) here", "INVALID_FILTER")  # fmt: skip
+        strings = [v for v in values if isinstance(v, str)]
+        among = strings if len(strings) == len(values) else [v for v in values if isinstance(v, int)]
+        if c.op == "in":
+            return qe.Filter(must=[qe.FieldCondition(key=key, match=qe.MatchAny(among))])
+        cond = qe.FieldCondition(key=key, match=qe.MatchValue(among[0]))
         return qe.Filter(must=[cond]) if c.op == "eq" else qe.Filter(must_not=[cond])
-    rng = qe.RangeFloat(**{c.op: float(value)})
+    rng = qe.RangeFloat(**{c.op: float(values[0])})
     return qe.Filter(must=[qe.FieldCondition(key=key, range=rng)])
 
 

@@ -6,8 +6,10 @@ import fcntl
 import json
 import shutil
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import qdrant_edge as qe
 
@@ -18,7 +20,7 @@ LOCK = ".shoal-edge.lock"
 LAYOUT = "shoal_layout.json"
 FORMAT = 1
 
-_OPEN: dict[str, list[Any]] = {}  # path -> [EdgeRoot, users]: one process holds a store folder at a time
+_OPEN: dict[str, _Held] = {}  # path -> its root and users: one process holds a store folder at a time
 _OPEN_MU = threading.Lock()
 
 
@@ -56,7 +58,7 @@ class EdgeRoot:
                 self.shards[name] = _load(folder)
             return self.shards[name]
 
-    def create(self, name: str, config: qe.EdgeConfig, layout: dict[str, Any]) -> qe.EdgeShard:
+    def create(self, name: str, config: qe.EdgeConfig, layout: Mapping[str, object]) -> qe.EdgeShard:
         with self.mu:
             folder = self.path / name
             shard = qe.EdgeShard.create(str(folder), config)
@@ -81,6 +83,14 @@ class EdgeRoot:
                 shard.close()
             self.shards.clear()
             self.lock.close()
+
+
+@dataclass
+class _Held:
+    """A store folder's root and how many store objects use it."""
+
+    root: EdgeRoot
+    users: int = 0
 
 
 def _check_folder(path: Path) -> None:
@@ -117,10 +127,9 @@ def open_root(path: Path) -> EdgeRoot:
     with _OPEN_MU:
         entry = _OPEN.get(str(path))
         if entry is None:
-            entry = _OPEN[str(path)] = [EdgeRoot(path), 0]
-        entry[1] += 1
-        root: EdgeRoot = entry[0]
-        return root
+            entry = _OPEN[str(path)] = _Held(EdgeRoot(path))
+        entry.users += 1
+        return entry.root
 
 
 def release_root(path: Path) -> None:
@@ -128,7 +137,7 @@ def release_root(path: Path) -> None:
     with _OPEN_MU:
         entry = _OPEN.get(str(path))
         if entry is not None:
-            entry[1] -= 1
-            if entry[1] <= 0:
-                entry[0].close()
+            entry.users -= 1
+            if entry.users <= 0:
+                entry.root.close()
                 del _OPEN[str(path)]

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 Op = Literal["eq", "ne", "in", "gt", "gte", "lt", "lte"]
 OPS: tuple[str, ...] = ("eq", "ne", "in", "gt", "gte", "lt", "lte")
 RANGE_OPS = {"gt", "gte", "lt", "lte"}
 ENTITY = "entity:"
+Scalar = str | int | float | bool  # a value a condition compares with
 
 # The chunk fields every store keeps filterable (name -> kind); entities add `entity:<label>` (a str list).
 FIELDS: dict[str, str] = {
@@ -49,11 +51,21 @@ class FilterError(ValueError):
 
 @dataclass(frozen=True)
 class Cond:
-    """One condition: `field op value` (`value` is a list for `in`)."""
+    """One condition: `field op value` (`value` is a tuple for `in`)."""
 
     field: str
     op: Op
-    value: Any
+    value: Scalar | tuple[Scalar, ...]
+
+    @property
+    def values(self) -> tuple[Scalar, ...]:
+        """The values of an `in`; the one value of any other op."""
+        return self.value if isinstance(self.value, tuple) else (self.value,)
+
+    @property
+    def scalar(self) -> Scalar:
+        """The one value of a condition other than `in` (its first value for an `in`)."""
+        return self.value[0] if isinstance(self.value, tuple) else self.value
 
 
 @dataclass(frozen=True)
@@ -80,12 +92,12 @@ def field_kind(name: str) -> str | None:
     return FIELDS.get(name)
 
 
-def entity_tag(name: str, value: Any) -> str:
+def entity_tag(name: str, value: Scalar) -> str:
     """`entity:org` = Acme is stored as the tag "org:Acme" in `entity_tags`."""
     return f"{name[len(ENTITY) :]}:{value}"
 
 
-def cond(field: str, op: str, value: Any) -> Cond:
+def cond(field: str, op: str, value: object) -> Cond:
     """A checked condition: known op, value coerced to the field's type (unknown fields are checked later)."""
     if op not in OPS:
         raise FilterError(f"unknown filter op {op!r} (known: {', '.join(OPS)})")
@@ -100,11 +112,11 @@ def cond(field: str, op: str, value: Any) -> Cond:
     return Cond(field, op, _coerce(field, kind, value))  # type: ignore[arg-type]
 
 
-def _coerce(field: str, kind: str, value: Any) -> Any:
+def _coerce(field: str, kind: str, value: object) -> Scalar:
     base = kind.removesuffix("_list")
     if base in ("int", "float"):
         try:
-            number = float(value) if base == "float" else int(str(value).strip())
+            number = float(str(value)) if base == "float" else int(str(value).strip())
         except ValueError:
             raise FilterError(f"{field!r} holds numbers; {value!r} is not one") from None
         return number
@@ -134,7 +146,7 @@ def parse_cli(text: str) -> Filter:
     return cond(field, op, alternatives[0])
 
 
-def from_json(obj: Any) -> Filter:
+def from_json(obj: object) -> Filter:
     """{"field", "op", "value"}, {"and": [...]} or {"or": [...]}, nested as deep as needed."""
     if isinstance(obj, dict) and set(obj) in ({"and"}, {"or"}):
         key = next(iter(obj))
@@ -152,7 +164,7 @@ def from_json(obj: Any) -> Filter:
     )
 
 
-def parse(where: Any) -> Filter | None:
+def parse(where: object) -> Filter | None:
     """Whatever the SDK was given: None, a Filter, one CLI string, a list of them (all must hold), or JSON."""
     if where is None or isinstance(where, Cond | And | Or):
         return where
@@ -189,26 +201,26 @@ def check_fields(f: Filter | None, entity_labels: list[str] | None = None, class
             raise FilterError(f"unknown filter field {c.field!r}; known: {known}{extra}", "UNKNOWN_FIELD")
 
 
-def matches(f: Filter, row: dict[str, Any]) -> bool:
+def matches(f: Filter, row: Mapping[str, object]) -> bool:
     """Evaluate a filter on one row in Python (the reference the store translations are tested against)."""
     if isinstance(f, And):
         return all(matches(x, row) for x in f.items)
     if isinstance(f, Or):
         return any(matches(x, row) for x in f.items)
+    have: object
+    wanted: tuple[Scalar, ...]
     if f.field.startswith(ENTITY):
-        have: Any = row.get("entity_tags") or []
-        want: Any = entity_tag(f.field, f.value) if f.op != "in" else [entity_tag(f.field, v) for v in f.value]
+        have, wanted = row.get("entity_tags") or [], tuple(entity_tag(f.field, v) for v in f.values)
     else:
-        have, want = row.get(f.field), f.value
+        have, wanted = row.get(f.field), f.values
     if isinstance(have, list | tuple):
-        hits = [v in have for v in (want if f.op == "in" else [want])]
+        hits = [v in have for v in wanted]
         return any(hits) if f.op in ("eq", "in") else not any(hits) if f.op == "ne" else False
-    if f.op == "eq":
-        return have == want
+    if f.op in ("eq", "in"):
+        return have in wanted
     if f.op == "ne":
-        return have != want
-    if f.op == "in":
-        return have in want
-    if have is None:
+        return have != wanted[0]
+    want = wanted[0]
+    if not isinstance(have, int | float) or not isinstance(want, int | float):
         return False
     return {"gt": have > want, "gte": have >= want, "lt": have < want, "lte": have <= want}[f.op]

@@ -4,24 +4,31 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import lancedb
 import numpy as np
 import pyarrow as pa
+from lancedb.db import DBConnection
+from lancedb.query import LanceVectorQueryBuilder
+from lancedb.table import Table
 
 from connectors.base import (
     STATE_PREFIX,
     Capabilities,
     CollectionSpec,
     Hit,
+    JSONLike,
+    JSONValue,
+    Record,
     SearchRequest,
     SourceCount,
     StoreError,
     check_spec,
 )
+from connectors.chunks import F32, VECTOR_KEYS, ChunkBatch, ChunkFields, ChunkRow, as_batch
 from connectors.filters import Filter
 from connectors.fusion import CANDIDATES, RRF_K, rrf_fuse
 from connectors.registry import StoreURL, parse_url
@@ -69,13 +76,40 @@ def chunk_schema(spec: CollectionSpec) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _row_for_arrow(row: dict[str, Any]) -> dict[str, Any]:
-    out = dict(row)
-    for key in ("vector", "multivector"):
-        if isinstance(out.get(key), np.ndarray):
-            out[key] = out[key].astype(np.float32).tolist()
-    if isinstance(out.get("entities"), dict):
-        out["entities"] = list(out["entities"].items())
+def arrow_batch(batch: ChunkBatch, schema: pa.Schema) -> pa.Table:
+    """A batch as an Arrow table of a chunk schema: each vector column wraps its flat float32 array as it is."""
+    n = len(batch)
+    vectors = {"vector": _fixed(batch.vectors)}
+    if batch.multivectors is not None:
+        mv = batch.multivectors
+        vectors["multivector"] = pa.ListArray.from_arrays(pa.array(mv.offsets.astype(np.int32)), _fixed(mv.values))
+    if batch.sparse is not None:
+        sp = batch.sparse
+        offsets = pa.array(sp.offsets.astype(np.int32))
+        parts = [pa.ListArray.from_arrays(offsets, pa.array(sp.indices)), pa.ListArray.from_arrays(offsets, pa.array(sp.values))]  # fmt: skip
+        vectors["sparse"] = pa.StructArray.from_arrays(parts, names=["indices", "values"])
+    fields = pa.schema([f for f in schema if f.name not in VECTOR_KEYS])
+    meta = pa.Table.from_pylist([_arrow_fields(f) for f in batch.fields], schema=fields)
+    columns = [
+        (vectors[f.name].cast(f.type) if f.name in vectors else pa.nulls(n, f.type))
+        if f.name in VECTOR_KEYS
+        else meta.column(f.name)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _fixed(matrix: F32) -> pa.FixedSizeListArray:
+    """A float32 [n, dims] matrix as an Arrow fixed-size-list array over the same buffer."""
+    flat = np.ascontiguousarray(matrix, dtype=np.float32).reshape(-1)
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat), int(matrix.shape[1]))
+
+
+def _arrow_fields(fields: ChunkFields) -> dict[str, object]:
+    """A chunk's fields as Arrow rows them: the entity map as (label, texts) pairs."""
+    out: dict[str, object] = dict(fields)
+    if "entities" in fields:
+        out["entities"] = list(fields["entities"].items())
     return out
 
 
@@ -93,7 +127,7 @@ class LanceDBStore:
             self.db = lancedb.connect(str(self.path))
         except OSError as e:
             raise StoreError(f"cannot open {self.uri}: {e.strerror or e}", code="STORE_UNAVAILABLE") from None
-        self._tables: dict[str, Any] = {}
+        self._tables: dict[str, Table] = {}
 
     def state_dir(self) -> Path | None:
         return self.path
@@ -104,7 +138,7 @@ class LanceDBStore:
     def close(self) -> None:
         self._tables.clear()
 
-    def _table(self, name: str) -> Any:
+    def _table(self, name: str) -> Table:
         if name not in self._tables:
             try:
                 self._tables[name] = self.db.open_table(name)
@@ -134,13 +168,14 @@ class LanceDBStore:
             return
         self._tables[spec.name] = self.db.create_table(spec.name, schema=schema)
 
-    def upsert(self, collection: str, rows: list[dict[str, Any]]) -> int:
-        if not rows:
+    def upsert(self, collection: str, chunks: ChunkBatch | Sequence[ChunkRow]) -> int:
+        batch = as_batch(chunks)
+        if not len(batch):
             return 0
         table = self._table(collection)
-        data = pa.Table.from_pylist([_row_for_arrow(r) for r in rows], schema=table.schema)
-        (table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data))
-        return len(rows)
+        data = arrow_batch(batch, table.schema)
+        table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+        return len(batch)
 
     def delete(self, collection: str, ids: list[str]) -> int:
         if not ids:
@@ -183,15 +218,15 @@ class LanceDBStore:
     def version(self, collection: str) -> int:
         return self._table(collection).version
 
-    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[Record]:
         """Every row (for tests and exports)."""
         data = self._table(collection).to_arrow()
         if fields:
             data = data.select(list(dict.fromkeys(["id", *fields])))
-        out = data.to_pylist()
+        out: list[Record] = data.to_pylist()
         for r in out:
-            if isinstance(r.get("entities"), list):
-                r["entities"] = dict(r["entities"])
+            if "entities" in r:
+                r["entities"] = _entity_map(r["entities"])
         return out
 
     # -- search --------------------------------------------------------------------------------------
@@ -208,7 +243,7 @@ class LanceDBStore:
             )
             raise StoreError(f"search failed: {first[:300]}", code=code) from None
 
-    def _search(self, table: Any, request: SearchRequest, where: str | None) -> list[Hit]:
+    def _search(self, table: Table, request: SearchRequest, where: str | None) -> list[Hit]:
         k = request.top_k
         if request.mode == "sparse" or (request.sparse is not None and request.mode != "hybrid"):
             raise StoreError("LanceDB has no sparse-vector search; use dense, text or hybrid", code="UNSUPPORTED")
@@ -225,14 +260,17 @@ class LanceDBStore:
             return dense[:k]
         return rrf_fuse([dense, self._text(table, request.text, where, CANDIDATES * k)], k)
 
-    def _vector(self, table: Any, vec: np.ndarray, column: str, where: str | None, k: int) -> list[Hit]:
-        q = table.search(np.asarray(vec, dtype=np.float32), vector_column_name=column).distance_type("cosine")
+    def _vector(self, table: Table, vec: F32, column: str, where: str | None, k: int) -> list[Hit]:
+        search = table.search(np.asarray(vec, dtype=np.float32), vector_column_name=column)
+        if not isinstance(search, LanceVectorQueryBuilder):  # a vector query always builds one
+            raise StoreError(f"LanceDB cannot search {column!r} by vector", code="SEARCH_FAILED")
+        q = search.distance_type("cosine")
         if where:
             q = q.where(where, prefilter=True)
         rows = q.limit(k).to_list()
         return [_hit(r, 1.0 - float(r.pop("_distance"))) for r in rows]
 
-    def _text(self, table: Any, text: str | None, where: str | None, k: int) -> list[Hit]:
+    def _text(self, table: Table, text: str | None, where: str | None, k: int) -> list[Hit]:
         if not text:
             raise StoreError("text search needs query text", code="INVALID_QUERY")
         q = table.search(text, query_type="fts", fts_columns="text")
@@ -261,7 +299,11 @@ class LanceDBStore:
             if rows and ("text",) not in have:
                 table.create_index("text", config=FTS(), replace=True)
             if rows >= SCALAR_INDEX_MIN_ROWS:
-                kinds = {"btree": BTree, "bitmap": BitmapIdx, "label_list": LabelList}
+                kinds: dict[str, type[BTree | BitmapIdx | LabelList]] = {
+                    "btree": BTree,
+                    "bitmap": BitmapIdx,
+                    "label_list": LabelList,
+                }
                 for col, kind in SCALAR_INDEXED.items():
                     if (col,) not in have and col in table.schema.names:
                         table.create_index(col, config=kinds[kind](), replace=True)
@@ -285,7 +327,7 @@ def _where(request: SearchRequest) -> str | None:
     return " AND ".join(parts) or None
 
 
-def _table_names(db: Any) -> list[str]:
+def _table_names(db: DBConnection) -> list[str]:
     """Every table name, following list_tables' pages."""
     names: list[str] = []
     token = None
@@ -297,12 +339,20 @@ def _table_names(db: Any) -> list[str]:
             return names
 
 
-def _hit(row: dict[str, Any], score: float) -> Hit:
+def _hit(row: Record, score: float) -> Hit:
     for key in ("vector", "multivector", "sparse", "_relevance_score"):
         row.pop(key, None)
-    if isinstance(row.get("entities"), list):
-        row["entities"] = dict(row["entities"])
-    return Hit(id=row.pop("id"), score=score, text=row.pop("text"), metadata=row)
+    if "entities" in row:
+        row["entities"] = _entity_map(row["entities"])
+    text = row.pop("text")
+    return Hit(id=str(row.pop("id")), score=score, text=text if isinstance(text, str) else "", metadata=row)
+
+
+def _entity_map(value: JSONValue) -> JSONValue:
+    """Arrow gives a map column back as (label, texts) pairs: the entity map as the other stores give it."""
+    if not isinstance(value, list):
+        return value
+    return {str(pair[0]): pair[1] for pair in value if isinstance(pair, tuple | list)}
 
 
 def _describe(schema: pa.Schema) -> str:
@@ -323,13 +373,13 @@ class LanceState:
             else self.db.create_table(STATE_PREFIX, schema=self.SCHEMA)
         )
 
-    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+    def get(self, keys: list[str]) -> dict[str, Record]:
         if not keys:
             return {}
         got = self.table.search().where(f"key IN ({', '.join(quote(k) for k in keys)})").limit(None).to_arrow()
         return {r["key"]: json.loads(r["doc"]) for r in got.to_pylist()}
 
-    def put(self, records: dict[str, dict[str, Any]]) -> None:
+    def put(self, records: Mapping[str, Mapping[str, JSONLike]]) -> None:
         if records:
             rows = [
                 {
@@ -348,7 +398,7 @@ class LanceState:
         for i in range(0, len(keys), 500):
             self.table.delete(f"key IN ({', '.join(quote(k) for k in keys[i : i + 500])})")
 
-    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]:
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, Record]:
         sql = f"kind = {quote(kind)}"
         sql += f" AND collection = {quote(collection)}" if collection is not None else ""
         sql += f" AND root = {quote(root)}" if root is not None else ""

@@ -11,11 +11,12 @@ import atexit
 import json
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from qdrant_client import QdrantClient, models
 
 from connectors import lexical
@@ -26,21 +27,26 @@ from connectors.base import (
     Capabilities,
     CollectionSpec,
     Hit,
+    JSONLike,
+    Layout,
+    Record,
     SearchRequest,
     SourceCount,
     StoreError,
     check_spec,
+    describe,
+    layout_of,
     point_id,
     source_counts,
 )
+from connectors.chunks import F32, ChunkBatch, ChunkRow, SparseInput, as_batch, payload_items
 from connectors.filters import ENTITY, And, Cond, Filter, Or, entity_tag
 from connectors.fusion import CANDIDATES, QDRANT_RRF_K
 from connectors.registry import StoreURL, parse_url
 
 BATCH = 256
-VECTOR_KEYS = ("vector", "multivector", "sparse")
 
-_LOCAL: dict[str, list[Any]] = {}  # path -> [client, users]: local mode allows one client per folder
+_LOCAL: dict[str, _Held] = {}  # path -> [client, users]: local mode allows one client per folder
 _LOCAL_MU = threading.Lock()
 
 
@@ -68,7 +74,7 @@ class QdrantStore:
                     f"cannot reach Qdrant at {url.host}:{url.port or 6333}: {type(e).__name__}: {str(e)[:200]}",
                     code="STORE_UNREACHABLE",
                 ) from None
-        self._layouts: dict[str, dict[str, Any]] = {}
+        self._layouts: dict[str, Layout] = {}
 
     def state_dir(self) -> Path | None:
         return self.path
@@ -84,7 +90,7 @@ class QdrantStore:
 
     # -- collections ---------------------------------------------------------------------------------
 
-    def _layout(self, name: str) -> dict[str, Any]:
+    def _layout(self, name: str) -> Layout:
         if name not in self._layouts:
             if not self.client.collection_exists(name):
                 raise StoreError(f"no collection {name!r} in {self.uri}", code="NO_COLLECTION")
@@ -101,13 +107,13 @@ class QdrantStore:
 
     def ensure_collection(self, spec: CollectionSpec) -> None:
         check_spec(self.uri, self.capabilities, spec)
-        want = {"dense": spec.dense_dim, "colbert": spec.multivector_dim, "sparse": spec.sparse, "lexical": True}
+        want = layout_of(spec)
         if self.client.collection_exists(spec.name):
             have = self._layout(spec.name)
             if have != want:
                 raise StoreError(
-                    f"collection {spec.name!r} in {self.uri} was built with another layout ({_describe(have)}), "
-                    f"this config needs ({_describe(want)}); use another --collection or remove the old one",
+                    f"collection {spec.name!r} in {self.uri} was built with another layout ({describe(have)}), "
+                    f"this config needs ({describe(want)}); use another --collection or remove the old one",
                     code="SCHEMA_MISMATCH",
                 )
             return
@@ -142,12 +148,11 @@ class QdrantStore:
 
     # -- writes --------------------------------------------------------------------------------------
 
-    def upsert(self, collection: str, rows: list[dict[str, Any]]) -> int:
-        layout = self._layout(collection)
-        for i in range(0, len(rows), BATCH):
-            points = [_point(r, layout) for r in rows[i : i + BATCH]]
-            self.client.upsert(collection, points=points, wait=True)
-        return len(rows)
+    def upsert(self, collection: str, chunks: ChunkBatch | Sequence[ChunkRow]) -> int:
+        batch, layout = as_batch(chunks), self._layout(collection)
+        for i in range(0, len(batch), BATCH):
+            self.client.upsert(collection, points=_points(batch, i, i + BATCH, layout), wait=True)
+        return len(batch)
 
     def delete(self, collection: str, ids: list[str]) -> int:
         removed = 0
@@ -165,8 +170,9 @@ class QdrantStore:
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def _scroll(self, collection: str, flt: models.Filter | None, payload: Any) -> list[Any]:
-        out, offset = [], None
+    def _scroll(self, collection: str, flt: models.Filter | None, payload: bool | list[str]) -> list[models.Record]:
+        out: list[models.Record] = []
+        offset: models.ExtendedPointId | None = None
         while True:
             points, offset = self.client.scroll(
                 collection, scroll_filter=flt, limit=1000, offset=offset, with_payload=payload, with_vectors=False
@@ -176,7 +182,7 @@ class QdrantStore:
                 return out
 
     def ids_where(self, collection: str, where: Filter) -> set[str]:
-        return {p.payload["id"] for p in self._scroll(collection, to_qdrant(where), ["id"])}
+        return {str(p.payload["id"]) for p in self._scroll(collection, to_qdrant(where), ["id"]) if p.payload}
 
     def count(self, collection: str, where: Filter | None = None) -> int:
         self._layout(collection)
@@ -185,10 +191,10 @@ class QdrantStore:
 
     def sources(self, collection: str) -> list[SourceCount]:
         points = self._scroll(collection, None, ["root", "source"])
-        return source_counts([(p.payload.get("root") or "", p.payload.get("source") or "") for p in points])
+        return source_counts([((p.payload or {}).get("root") or "", (p.payload or {}).get("source") or "") for p in points])  # fmt: skip
 
-    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
-        payload: Any = ["id", *fields] if fields else True
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[Record]:
+        payload: bool | list[str] = ["id", *fields] if fields else True
         points = self._scroll(collection, None, payload)
         return [dict(p.payload or {}) for p in points]
 
@@ -198,37 +204,43 @@ class QdrantStore:
         k = request.top_k
         mode = request.mode
         if mode == "text" or (mode == "hybrid" and request.vector is None and request.text):
-            query, using = _sparse(lexical.query_vector(request.text or "")), "lexical"
+            query, using = _terms(lexical.query_vector(request.text or "")), "lexical"
             return self._query(collection, query=query, using=using, query_filter=flt, limit=k)
         if mode == "sparse":
             if request.sparse is None or not layout["sparse"]:
                 raise StoreError(
                     "sparse search needs a sparse query and a collection with a sparse step", "INVALID_QUERY"
                 )
-            return self._query(collection, query=_sparse(request.sparse), using="sparse", query_filter=flt, limit=k)
+            return self._query(collection, query=_terms(request.sparse), using="sparse", query_filter=flt, limit=k)
         if mode == "multivector":
             if request.multivector is None or not layout["colbert"]:
                 raise StoreError("multivector search needs token vectors and a collection with them", "INVALID_QUERY")
-            mv = np.asarray(request.multivector, dtype=np.float32).tolist()
+            mv = np.asarray(request.multivector, dtype=np.float32)  # the client takes numpy queries
             return self._query(collection, query=mv, using="colbert", query_filter=flt, limit=k)
         if request.vector is None:
             raise StoreError(f"{mode} search needs a query vector", code="INVALID_QUERY")
-        dense = np.asarray(request.vector, dtype=np.float32).tolist()
+        dense = np.asarray(request.vector, dtype=np.float32)
         if mode == "dense" or not request.text:
             return self._query(collection, query=dense, using="dense", query_filter=flt, limit=k)
         wide = CANDIDATES * k
-        lists: list[tuple[Any, str]] = [(dense, "dense"), (_sparse(lexical.query_vector(request.text)), "lexical")]
+        lists: list[tuple[F32 | models.SparseVector, str]] = [(dense, "dense"), (_terms(lexical.query_vector(request.text)), "lexical")]  # fmt: skip
         if request.sparse is not None and layout["sparse"]:
-            lists.append((_sparse(request.sparse), "sparse"))
+            lists.append((_terms(request.sparse), "sparse"))
         if request.multivector is not None and layout["colbert"]:
-            lists.append((np.asarray(request.multivector, dtype=np.float32).tolist(), "colbert"))
+            lists.append((np.asarray(request.multivector, dtype=np.float32), "colbert"))
         prefetch = [models.Prefetch(query=q, using=using, limit=wide, filter=flt) for q, using in lists]
         fused = models.RrfQuery(rrf=models.Rrf(k=QDRANT_RRF_K))  # the one hybrid score: connectors/fusion.py
         return self._query(collection, prefetch=prefetch, query=fused, query_filter=flt, limit=k)
 
-    def _query(self, collection: str, **kwargs: Any) -> list[Hit]:
+    def _query(
+        self, collection: str, *, query: F32 | models.SparseVector | models.RrfQuery, query_filter: models.Filter | None,
+        limit: int, using: str | None = None, prefetch: list[models.Prefetch] | None = None,
+    ) -> list[Hit]:  # fmt: skip
         try:
-            res = self.client.query_points(collection, with_payload=True, **kwargs)
+            res = self.client.query_points(
+                collection, query=query, using=using, prefetch=prefetch, query_filter=query_filter, limit=limit,
+                with_payload=True,
+            )  # fmt: skip
         except (ValueError, KeyError) as e:
             raise StoreError(f"Qdrant search failed: {str(e).splitlines()[0][:300]}", code="SEARCH_FAILED") from None
         hits = []
@@ -243,19 +255,29 @@ class QdrantStore:
         """Qdrant indexes as it goes (HNSW, payload indexes); nothing to do after a run."""
 
 
-def _point(row: dict[str, Any], layout: dict[str, Any]) -> models.PointStruct:
-    payload = {k: v for k, v in row.items() if k not in VECTOR_KEYS and v is not None}
-    vector: dict[str, Any] = {"dense": np.asarray(row["vector"], dtype=np.float32).tolist()}
-    vector["lexical"] = _sparse(lexical.doc_vector(row.get("text") or ""))
-    if layout["sparse"] and row.get("sparse") is not None:
-        vector["sparse"] = _sparse(row["sparse"])
-    if layout["colbert"] and row.get("multivector") is not None:
-        vector["colbert"] = np.asarray(row["multivector"], dtype=np.float32).tolist()
-    return models.PointStruct(id=point_id(row["id"]), vector=vector, payload=payload)
+def _points(batch: ChunkBatch, lo: int, hi: int, layout: Layout) -> models.Batch:
+    """Chunks lo:hi as one Qdrant batch: each named vector a numpy matrix (or list of them), as the client takes it."""
+    fields = batch.fields[lo:hi]
+    vectors: dict[str, F32 | list[F32] | list[models.SparseVector]] = {
+        "dense": batch.vectors[lo:hi],
+        "lexical": [_terms(lexical.doc_vector(f.get("text") or "")) for f in fields],
+    }
+    if layout["sparse"] and batch.sparse is not None:
+        sp = batch.sparse
+        vectors["sparse"] = [_sparse(*sp[j]) for j in range(lo, lo + len(fields))]
+    if layout["colbert"] and batch.multivectors is not None:
+        vectors["colbert"] = [batch.multivectors[j] for j in range(lo, lo + len(fields))]
+    ids: list[models.ExtendedPointId] = [point_id(f["id"]) for f in fields]
+    return models.Batch(ids=ids, vectors=vectors, payloads=[payload_items(f) for f in fields])
 
 
-def _sparse(sp: Mapping[str, Any]) -> models.SparseVector:
-    return models.SparseVector(indices=[int(i) for i in sp["indices"]], values=[float(v) for v in sp["values"]])
+def _sparse(indices: npt.ArrayLike, values: npt.ArrayLike) -> models.SparseVector:
+    """A sparse vector as the client's model (which holds Python lists: converted at C speed here)."""
+    return models.SparseVector(indices=np.asarray(indices).tolist(), values=np.asarray(values).tolist())
+
+
+def _terms(sp: lexical.SparseVector | SparseInput) -> models.SparseVector:
+    return _sparse(sp["indices"], sp["values"])
 
 
 def to_qdrant(f: Filter) -> models.Filter:
@@ -268,16 +290,15 @@ def to_qdrant(f: Filter) -> models.Filter:
 
 
 def _cond(c: Cond) -> models.Filter:
-    key, value = c.field, c.value
+    key, values = c.field, c.values
     if c.field.startswith(ENTITY):
-        key = "entity_tags"
-        value = [entity_tag(c.field, v) for v in value] if c.op == "in" else entity_tag(c.field, value)
+        key, values = "entity_tags", tuple(entity_tag(c.field, v) for v in values)
     if c.op == "in":
-        return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchAny(any=list(value)))])
+        return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))])
     if c.op in ("eq", "ne"):
-        cond = models.FieldCondition(key=key, match=models.MatchValue(value=value))
+        cond = models.FieldCondition(key=key, match=models.MatchValue(value=values[0]))
         return models.Filter(must=[cond]) if c.op == "eq" else models.Filter(must_not=[cond])
-    rng = models.Range(**{c.op: value})
+    rng = models.Range(**{c.op: values[0]})
     return models.Filter(must=[models.FieldCondition(key=key, range=rng)])
 
 
@@ -293,12 +314,16 @@ def _combined_filter(request: SearchRequest) -> models.Filter | None:
     return None if not parts else parts[0] if len(parts) == 1 else models.Filter(must=parts)
 
 
-def _native(raw: Any) -> models.Filter:
+def _native(raw: object) -> models.Filter:
     return models.Filter.model_validate(json.loads(raw) if isinstance(raw, str) else raw)
 
 
-def _describe(layout: dict[str, Any]) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in layout.items())
+@dataclass
+class _Held:
+    """A local-mode client and how many stores use it."""
+
+    client: QdrantClient
+    users: int = 0
 
 
 def _open_local(path: Path) -> QdrantClient:
@@ -307,23 +332,23 @@ def _open_local(path: Path) -> QdrantClient:
         if entry is None:
             try:
                 path.mkdir(parents=True, exist_ok=True)
-                entry = _LOCAL[str(path)] = [QdrantClient(path=str(path)), 0]
+                entry = _LOCAL[str(path)] = _Held(QdrantClient(path=str(path)))
             except OSError as e:
                 raise StoreError(f"cannot open {path}: {e.strerror or e}", "STORE_UNAVAILABLE") from None
             except RuntimeError as e:
                 if "already accessed" in str(e):
                     raise StoreError(f"another process has {path} open (Qdrant local mode)", "STORE_LOCKED") from None
                 raise
-        entry[1] += 1
-        return entry[0]
+        entry.users += 1
+        return entry.client
 
 
 @atexit.register
 def _close_all_local() -> None:
     """Close local-mode clients before the interpreter tears down (their finaliser fails late in shutdown)."""
     with _LOCAL_MU:
-        for client, _ in _LOCAL.values():
-            client.close()
+        for held in _LOCAL.values():
+            held.client.close()
         _LOCAL.clear()
 
 
@@ -331,9 +356,9 @@ def _close_local(path: Path) -> None:
     with _LOCAL_MU:
         entry = _LOCAL.get(str(path))
         if entry is not None:
-            entry[1] -= 1
-            if entry[1] <= 0:
-                entry[0].close()
+            entry.users -= 1
+            if entry.users <= 0:
+                entry.client.close()
                 del _LOCAL[str(path)]
 
 
@@ -349,11 +374,11 @@ class QdrantState:
                 for key in ("kind", "collection", "root"):
                     client.create_payload_index(STATE_PREFIX, key, models.PayloadSchemaType.KEYWORD)
 
-    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+    def get(self, keys: list[str]) -> dict[str, Record]:
         got = self.client.retrieve(STATE_PREFIX, [point_id(k) for k in keys], with_payload=True) if keys else []
         return dict(_state_record(p) for p in got)
 
-    def put(self, records: dict[str, dict[str, Any]]) -> None:
+    def put(self, records: Mapping[str, Mapping[str, JSONLike]]) -> None:
         points = [
             models.PointStruct(id=point_id(k), vector={}, payload={
                 "key": k, "kind": d["kind"], "collection": d.get("collection"), "root": d.get("root"),
@@ -368,12 +393,12 @@ class QdrantState:
             pids = [point_id(k) for k in keys]
             self.client.delete(STATE_PREFIX, points_selector=models.PointIdsList(points=pids), wait=True)
 
-    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]:
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, Record]:
         must = [models.FieldCondition(key="kind", match=models.MatchValue(value=kind))]
         for key, value in (("collection", collection), ("root", root)):
             if value is not None:
                 must.append(models.FieldCondition(key=key, match=models.MatchValue(value=value)))
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, Record] = {}
         offset = None
         while True:
             points, offset = self.client.scroll(
@@ -384,7 +409,7 @@ class QdrantState:
                 return out
 
 
-def _state_record(point: models.Record) -> tuple[str, dict[str, Any]]:
+def _state_record(point: models.Record) -> tuple[str, Record]:
     """A state point's key and record; every state point is written with a payload and read with it."""
     if point.payload is None:
         raise StoreError(f"state point {point.id} in {STATE_PREFIX!r} has no payload")

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 import qdrant_edge as qe
 
 from connectors import lexical
@@ -25,14 +26,20 @@ from connectors.base import (
     Capabilities,
     CollectionSpec,
     Hit,
+    JSONLike,
+    Layout,
+    Record,
     SearchRequest,
     SourceCount,
     StoreError,
     check_spec,
+    describe,
+    layout_of,
     point_id,
     source_counts,
 )
-from connectors.edge_filters import combined, to_edge
+from connectors.chunks import ChunkBatch, ChunkFields, ChunkRow, SparseInput, as_batch, payload_items
+from connectors.edge_filters import Condition, combined, to_edge
 from connectors.edge_root import LAYOUT, EdgeRoot, open_root, release_root
 from connectors.filters import Filter
 from connectors.fusion import CANDIDATES, QDRANT_RRF_K
@@ -43,7 +50,6 @@ BATCH = 512
 # The rest (ids, paths, one-value fields like root and kind) would each add a graph as large as the main one
 # to every index build (a fourfold build time at 100k chunks) for filters the payload index answers alone.
 GRAPH_FIELDS = ("entity_tags", "classes")
-VECTOR_KEYS = ("vector", "multivector", "sparse")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -58,7 +64,7 @@ class QdrantEdgeStore:
         self.path = Path(url.path or "./shoal-data").expanduser().resolve()
         self.root = open_root(self.path)
         self._closed = False
-        self._layouts: dict[str, dict[str, Any]] = {}
+        self._layouts: dict[str, Layout] = {}
 
     def state_dir(self) -> Path | None:
         return self.path
@@ -73,7 +79,7 @@ class QdrantEdgeStore:
 
     # -- collections ---------------------------------------------------------------------------------
 
-    def _layout(self, name: str) -> dict[str, Any]:
+    def _layout(self, name: str) -> Layout:
         if not _NAME.match(name) or name == STATE_PREFIX:
             raise StoreError(f"no collection {name!r} in {self.uri}", code="NO_COLLECTION")
         self.root.shard(name)
@@ -91,14 +97,13 @@ class QdrantEdgeStore:
                 f"collection name {spec.name!r}: use letters, digits, _ . - (up to 128, not {STATE_PREFIX!r})",
                 code="INVALID_COLLECTION",
             )
-        want = {"dense": spec.dense_dim, "colbert": spec.multivector_dim, "sparse": spec.sparse, "lexical": True}
+        want = layout_of(spec)
         if (self.path / spec.name / "edge_config.json").exists():
             have = self._layout(spec.name)
             if have != want:
-                described = ", ".join(f"{k}: {v}" for k, v in have.items())
                 raise StoreError(
-                    f"collection {spec.name!r} in {self.uri} was built with another layout ({described}), this "
-                    f"config needs ({', '.join(f'{k}: {v}' for k, v in want.items())}); use another --collection",
+                    f"collection {spec.name!r} in {self.uri} was built with another layout ({describe(have)}), this "
+                    f"config needs ({describe(want)}); use another --collection",
                     code="SCHEMA_MISMATCH",
                 )
             return
@@ -133,19 +138,19 @@ class QdrantEdgeStore:
 
     # -- writes --------------------------------------------------------------------------------------
 
-    def upsert(self, collection: str, rows: list[dict[str, Any]]) -> int:
-        layout = self._layout(collection)
+    def upsert(self, collection: str, chunks: ChunkBatch | Sequence[ChunkRow]) -> int:
+        batch, layout = as_batch(chunks), self._layout(collection)
         shard = self.root.shard(collection)
-        for i in range(0, len(rows), BATCH):
-            points = [_point(r, layout) for r in rows[i : i + BATCH]]
+        for i in range(0, len(batch), BATCH):
+            points = [_point(batch, j, layout) for j in range(i, min(i + BATCH, len(batch)))]
             _write(shard, qe.UpdateOperation.upsert_points(points))
-        return len(rows)
+        return len(batch)
 
     def delete(self, collection: str, ids: list[str]) -> int:
         shard = self.root.shard(collection)
         removed = 0
         for i in range(0, len(ids), 1000):
-            pids: list[Any] = [point_id(x) for x in ids[i : i + 1000]]
+            pids: list[qe.PointId] = [point_id(x) for x in ids[i : i + 1000]]
             removed += len(shard.retrieve(pids, with_payload=False, with_vector=False))
             _write(shard, qe.UpdateOperation.delete_points(pids))
         return removed
@@ -171,7 +176,7 @@ class QdrantEdgeStore:
         points = _scroll(self.root.shard(collection), None, ["root", "source"])
         return source_counts([((p.payload or {}).get("root") or "", (p.payload or {}).get("source") or "") for p in points])  # fmt: skip
 
-    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[Record]:
         payload: bool | list[str] = ["id", *fields] if fields else True
         return [dict(p.payload or {}) for p in _scroll(self.root.shard(collection), None, payload)]
 
@@ -187,7 +192,7 @@ class QdrantEdgeStore:
         if mode == "sparse":
             if request.sparse is None or not layout["sparse"]:
                 raise StoreError("sparse search needs a sparse query and a collection with a sparse step", "INVALID_QUERY")  # fmt: skip
-            q = qe.Query.Nearest(_sparse(request.sparse), using="sparse")
+            q = qe.Query.Nearest(_terms(request.sparse), using="sparse")
             return _query(shard, qe.QueryRequest(with_payload=True, limit=k, query=q, filter=flt))
         if mode == "multivector":
             if request.multivector is None or not layout["colbert"]:
@@ -196,17 +201,17 @@ class QdrantEdgeStore:
             return _query(shard, qe.QueryRequest(with_payload=True, limit=k, query=q, filter=flt))
         if request.vector is None:
             raise StoreError(f"{mode} search needs a query vector", code="INVALID_QUERY")
-        dense = qe.Query.Nearest(np.asarray(request.vector, dtype=np.float32).tolist(), using="dense")
+        dense = qe.Query.Nearest(_dense(request.vector), using="dense")
         if mode == "dense" or not request.text:
             return _query(shard, qe.QueryRequest(with_payload=True, limit=k, query=dense, filter=flt))
         wide = CANDIDATES * k
         lists = [dense, _lexical(request.text)]
         if request.sparse is not None and layout["sparse"]:
-            lists.append(qe.Query.Nearest(_sparse(request.sparse), using="sparse"))
+            lists.append(qe.Query.Nearest(_terms(request.sparse), using="sparse"))
         if request.multivector is not None and layout["colbert"]:
             lists.append(qe.Query.Nearest(_matrix(request.multivector), using="colbert"))
         prefetch = [qe.Prefetch(limit=wide, query=q, filter=flt) for q in lists]
-        rrf: Any = qe.Fusion.Rrf(k=QDRANT_RRF_K)  # the stub types `query` as Fusion, not its Rrf variant
+        rrf = cast(qe.Fusion, qe.Fusion.Rrf(k=QDRANT_RRF_K))  # the stub types the Rrf variant apart from Fusion
         fused = qe.QueryRequest(with_payload=True, limit=k, prefetches=prefetch, query=rrf, filter=flt)
         return _query(shard, fused)
 
@@ -250,28 +255,45 @@ def _scroll(shard: qe.EdgeShard, flt: qe.Filter | None, payload: bool | list[str
             return out
 
 
-def _point(row: dict[str, Any], layout: dict[str, Any]) -> qe.Point:
-    payload = {k: v for k, v in row.items() if k not in VECTOR_KEYS and v is not None}
-    vector: dict[str, Any] = {"dense": np.asarray(row["vector"], dtype=np.float32).tolist()}
-    vector["lexical"] = _sparse(lexical.doc_vector(row.get("text") or ""))
-    if layout["sparse"] and row.get("sparse") is not None:
-        vector["sparse"] = _sparse(row["sparse"])
-    if layout["colbert"] and row.get("multivector") is not None:
-        vector["colbert"] = _matrix(row["multivector"])
-    return qe.Point(id=point_id(row["id"]), vector=vector, payload=payload)
+def _point(batch: ChunkBatch, i: int, layout: Layout) -> qe.Point:
+    fields: ChunkFields = batch.fields[i]
+    vector: dict[str, qe.NamedVector] = {"dense": _dense(batch.vectors[i])}
+    vector["lexical"] = _terms(lexical.doc_vector(fields.get("text") or ""))
+    if layout["sparse"] and batch.sparse is not None:
+        vector["sparse"] = _sparse(*batch.sparse[i])
+    if layout["colbert"] and batch.multivectors is not None and len(tokens := batch.multivectors[i]):
+        vector["colbert"] = _matrix(tokens)
+    return qe.Point(id=point_id(fields["id"]), vector=vector, payload=payload_items(fields))
 
 
-def _sparse(sp: Mapping[str, Any]) -> qe.SparseVector:
-    return qe.SparseVector([int(i) for i in sp["indices"]], [float(v) for v in sp["values"]])
+def _dense(row: npt.ArrayLike) -> list[float]:
+    """A float32 vector as the binding reads it fastest: a memoryview over the array, no list built.
+
+    The binding extracts any float sequence (a PyO3 `Vec<f32>`); a numpy array is read one numpy scalar at a
+    time (twice the cost of a list), a memoryview yields plain floats straight from the buffer. Its stub names
+    only `List[float]`, hence the cast.
+    """
+    return cast("list[float]", np.ascontiguousarray(row, dtype=np.float32).reshape(-1).data)
+
+
+def _matrix(tokens: npt.ArrayLike) -> list[list[float]]:
+    """Token vectors [tokens, dim] as the binding reads them: one memoryview per row (see `_dense`)."""
+    return [_dense(row) for row in np.asarray(tokens, dtype=np.float32)]
+
+
+def _sparse(indices: npt.ArrayLike, values: npt.ArrayLike) -> qe.SparseVector:
+    """Term ids and weights as memoryviews over int32 / float32 arrays (see `_dense`)."""
+    ids = np.ascontiguousarray(indices, dtype=np.int32).reshape(-1).data
+    weights = np.ascontiguousarray(values, dtype=np.float32).reshape(-1).data
+    return qe.SparseVector(cast("list[int]", ids), cast("list[float]", weights))
+
+
+def _terms(sp: lexical.SparseVector | SparseInput) -> qe.SparseVector:
+    return _sparse(sp["indices"], sp["values"])
 
 
 def _lexical(text: str) -> qe.Query:
-    return qe.Query.Nearest(_sparse(lexical.query_vector(text)), using="lexical")
-
-
-def _matrix(mv: Any) -> list[list[float]]:
-    out: list[list[float]] = np.asarray(mv, dtype=np.float32).tolist()
-    return out
+    return qe.Query.Nearest(_terms(lexical.query_vector(text)), using="lexical")
 
 
 class EdgeState:
@@ -288,13 +310,13 @@ class EdgeState:
                 for key in ("kind", "collection", "root"):
                     self.shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
 
-    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+    def get(self, keys: list[str]) -> dict[str, Record]:
         if not keys:
             return {}
         got = self.shard.retrieve([point_id(k) for k in keys], with_payload=True, with_vector=False)
         return dict(_state_record(p) for p in got)
 
-    def put(self, records: dict[str, dict[str, Any]]) -> None:
+    def put(self, records: Mapping[str, Mapping[str, JSONLike]]) -> None:
         points = [
             qe.Point(id=point_id(k), vector={}, payload={
                 "key": k, "kind": d["kind"], "collection": d.get("collection"), "root": d.get("root"),
@@ -308,15 +330,15 @@ class EdgeState:
         if keys:
             _write(self.shard, qe.UpdateOperation.delete_points([point_id(k) for k in keys]))
 
-    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]:
-        must: list[Any] = [qe.FieldCondition(key="kind", match=qe.MatchValue(kind))]
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, Record]:
+        must: list[Condition] = [qe.FieldCondition(key="kind", match=qe.MatchValue(kind))]
         for key, value in (("collection", collection), ("root", root)):
             if value is not None:
                 must.append(qe.FieldCondition(key=key, match=qe.MatchValue(value)))
         return dict(_state_record(p) for p in _scroll(self.shard, qe.Filter(must=must), True))
 
 
-def _state_record(point: qe.Record) -> tuple[str, dict[str, Any]]:
+def _state_record(point: qe.Record) -> tuple[str, Record]:
     """A state point's key and record; every state point is written with a payload and read with it."""
     if point.payload is None:
         raise StoreError(f"state point {point.id} in {STATE_PREFIX!r} has no payload")

@@ -26,17 +26,17 @@ def to_sql(f: Filter) -> str:
 
 
 def _cond(c: Cond) -> str:
-    column, value = c.field, c.value
+    column, values = c.field, c.values
     if c.field.startswith(ENTITY):
-        column = "entity_tags"
-        value = tuple(entity_tag(c.field, v) for v in value) if c.op == "in" else entity_tag(c.field, value)
+        column, values = "entity_tags", tuple(entity_tag(c.field, v) for v in values)
+    value = values[0]
     if (field_kind(c.field) or "").endswith("_list"):
         if c.op == "in":
-            return f"array_has_any({column}, make_array({', '.join(literal(v) for v in value)}))"
+            return f"array_has_any({column}, make_array({', '.join(literal(v) for v in values)}))"
         has = f"array_has({column}, {literal(value)})"
         return has if c.op == "eq" else f"(NOT {has} OR {column} IS NULL)"
     if c.op == "in":
-        return f"{column} IN ({', '.join(literal(v) for v in value)})"
+        return f"{column} IN ({', '.join(literal(v) for v in values)})"
     if c.op == "ne":
         return f"({column} IS NULL OR {column} <> {literal(value)})"
     return f"{column} {_CMP[c.op]} {literal(value)}"

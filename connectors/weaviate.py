@@ -10,21 +10,30 @@ No Weaviate server runs on the project's machine: the tests for this module run 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 import weaviate
 from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
 from weaviate.classes.init import Auth
 from weaviate.classes.query import Filter as WFilter
 from weaviate.classes.query import MetadataQuery
+from weaviate.collections import Collection
+from weaviate.collections.classes.filters import FilterReturn, _Filters
+from weaviate.collections.classes.internal import Object
+from weaviate.collections.classes.types import WeaviateField, WeaviateProperties
 
 from connectors.base import (
     STATE_PREFIX,
     Capabilities,
     CollectionSpec,
     Hit,
+    JSONLike,
+    JSONValue,
+    Record,
     SearchRequest,
     SourceCount,
     StoreError,
@@ -32,7 +41,8 @@ from connectors.base import (
     point_id,
     source_counts,
 )
-from connectors.filters import ENTITY, And, Cond, Filter, Or, conditions, entity_tag, field_kind, matches
+from connectors.chunks import ChunkBatch, ChunkFields, ChunkRow, as_batch
+from connectors.filters import ENTITY, And, Cond, Filter, Or, Scalar, conditions, entity_tag, field_kind, matches
 from connectors.fusion import CANDIDATES, rrf_fuse
 from connectors.registry import StoreURL, parse_url
 
@@ -94,7 +104,7 @@ class WeaviateStore:
     def close(self) -> None:
         self.client.close()
 
-    def _col(self, name: str) -> Any:
+    def _col(self, name: str) -> Collection[WeaviateProperties, None]:
         if not self.client.collections.exists(class_name(name)):
             raise StoreError(f"no collection {name!r} in {self.uri}", code="NO_COLLECTION")
         return self.client.collections.use(class_name(name))
@@ -134,21 +144,23 @@ class WeaviateStore:
         self.client.collections.delete(class_name(name))
         return True
 
-    def upsert(self, collection: str, rows: list[dict[str, Any]]) -> int:
-        col = self._col(collection)
+    def upsert(self, collection: str, chunks: ChunkBatch | Sequence[ChunkRow]) -> int:
+        chunk_batch, col = as_batch(chunks), self._col(collection)
         with col.batch.fixed_size(batch_size=BATCH) as batch:
-            for r in rows:
-                vector = {"dense": np.asarray(r["vector"], dtype=np.float32).tolist()}
-                if r.get("multivector") is not None:
-                    vector["colbert"] = np.asarray(r["multivector"], dtype=np.float32).tolist()
-                batch.add_object(properties=to_properties(r), uuid=point_id(r["id"]), vector=vector)
+            for i, fields in enumerate(chunk_batch.fields):
+                vector: dict[str, Sequence[float] | Sequence[Sequence[float]]] = {
+                    "dense": _vector(chunk_batch.vectors[i])
+                }
+                if chunk_batch.multivectors is not None and len(tokens := chunk_batch.multivectors[i]):
+                    vector["colbert"] = [_vector(t) for t in tokens]
+                batch.add_object(properties=to_properties(fields), uuid=point_id(fields["id"]), vector=vector)
         failed = col.batch.failed_objects
         if failed:
             raise StoreError(
-                f"Weaviate refused {len(failed)} of {len(rows)} objects; first: {failed[0].message[:300]}",
+                f"Weaviate refused {len(failed)} of {len(chunk_batch)} objects; first: {failed[0].message[:300]}",
                 code="WRITE_FAILED",
             )
-        return len(rows)
+        return len(chunk_batch)
 
     def delete(self, collection: str, ids: list[str]) -> int:
         col, removed = self._col(collection), 0
@@ -160,14 +172,14 @@ class WeaviateStore:
     def delete_where(self, collection: str, where: Filter) -> int:
         return self._col(collection).data.delete_many(where=to_weaviate(where)).successful
 
-    def _iterate(self, collection: str, properties: list[str] | None) -> list[dict[str, Any]]:
+    def _iterate(self, collection: str, properties: list[str] | None) -> list[Record]:
         it = self._col(collection).iterator(return_properties=properties)
         return [from_properties(dict(o.properties)) for o in it]
 
     def ids_where(self, collection: str, where: Filter) -> set[str]:
         """Iterates the collection (filtered queries stop at Weaviate's result window; the iterator does not)."""
         needed = sorted({"entity_tags" if c.field.startswith(ENTITY) else _prop(c.field) for c in conditions(where)})
-        return {r["id"] for r in self._iterate(collection, ["chunk_id", *needed]) if matches(where, r)}
+        return {str(r["id"]) for r in self._iterate(collection, ["chunk_id", *needed]) if matches(where, r)}
 
     def count(self, collection: str, where: Filter | None = None) -> int:
         flt = to_weaviate(where) if where is not None else None
@@ -175,9 +187,9 @@ class WeaviateStore:
 
     def sources(self, collection: str) -> list[SourceCount]:
         rows = self._iterate(collection, ["root", "source"])
-        return source_counts([(r.get("root") or "", r.get("source") or "") for r in rows])
+        return source_counts([(str(r.get("root") or ""), str(r.get("source") or "")) for r in rows])
 
-    def rows(self, collection: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+    def rows(self, collection: str, fields: list[str] | None = None) -> list[Record]:
         props = ["chunk_id", *[_prop(f) for f in fields]] if fields else None
         return self._iterate(collection, props)
 
@@ -192,12 +204,12 @@ class WeaviateStore:
         if request.mode == "multivector":
             if request.multivector is None:
                 raise StoreError("multivector search needs token vectors", code="INVALID_QUERY")
-            mv = np.asarray(request.multivector, dtype=np.float32).tolist()
+            mv = [_vector(t) for t in np.asarray(request.multivector, dtype=np.float32)]
             res = col.query.near_vector(near_vector=mv, target_vector="colbert", limit=k, filters=flt, return_metadata=meta)  # fmt: skip
             return [_hit(o, 1.0 - (o.metadata.distance or 0.0)) for o in res.objects]
         if request.vector is None:
             raise StoreError(f"{request.mode} search needs a query vector", code="INVALID_QUERY")
-        vec = np.asarray(request.vector, dtype=np.float32).tolist()
+        vec = _vector(request.vector)
         if request.mode == "dense" or not request.text:
             res = col.query.near_vector(near_vector=vec, target_vector="dense", limit=k, filters=flt, return_metadata=meta)  # fmt: skip
             return [_hit(o, 1.0 - (o.metadata.distance or 0.0)) for o in res.objects]
@@ -215,29 +227,61 @@ def _prop(field: str) -> str:
     return "chunk_id" if field == "id" else field
 
 
-def to_properties(row: dict[str, Any]) -> dict[str, Any]:
-    props = {k: v for k, v in row.items() if k not in ("id", "vector", "multivector", "sparse", "entities")}
-    props = {k: v for k, v in props.items() if v is not None}
-    props["chunk_id"] = row["id"]
-    if row.get("entities") is not None:
-        props["entities_json"] = json.dumps(row["entities"])
+def _vector(row: npt.ArrayLike) -> Sequence[float]:
+    """A float32 vector as the client takes it: a numpy array (it reads arrays itself, `weaviate.util.get_vector`);
+    its annotation names only sequences of numbers."""
+    return cast("Sequence[float]", np.asarray(row, dtype=np.float32).reshape(-1))
+
+
+def to_properties(fields: ChunkFields) -> dict[str, WeaviateField]:
+    props: dict[str, WeaviateField] = {
+        k: p for k, v in fields.items() if k not in ("id", "entities") and (p := _property(v)) is not None
+    }
+    props["chunk_id"] = fields["id"]
+    if fields.get("entities") is not None:
+        props["entities_json"] = json.dumps(fields.get("entities"))
     return props
 
 
-def from_properties(props: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in props.items() if v is not None and k not in ("chunk_id", "entities_json")}
-    out["id"] = props.get("chunk_id")
-    if props.get("entities_json"):
-        out["entities"] = json.loads(props["entities_json"])
+def _property(value: object) -> WeaviateField:
+    """A chunk field as a Weaviate property: a scalar or a list of them (None for anything else)."""
+    if isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [str(v) for v in value]
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return [int(v) for v in value]
+    return None
+
+
+def from_properties(props: Mapping[str, object]) -> Record:
+    out: Record = {k: _json(v) for k, v in props.items() if v is not None and k not in ("chunk_id", "entities_json")}
+    chunk_id = props.get("chunk_id")
+    out["id"] = chunk_id if isinstance(chunk_id, str) else None
+    entities = props.get("entities_json")
+    if isinstance(entities, str) and entities:
+        out["entities"] = json.loads(entities)
     return out
 
 
-def _hit(obj: Any, score: float | None) -> Hit:
-    meta = from_properties(dict(obj.properties))
-    return Hit(id=meta.pop("id"), score=float(score or 0.0), text=meta.pop("text", ""), metadata=meta)
+def _json(value: object) -> JSONValue:
+    """A Weaviate property as JSON: scalars as they are, arrays as lists, anything else as text."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, list | tuple):
+        return [_json(v) for v in value]
+    return str(value)
 
 
-def to_weaviate(f: Filter) -> Any:
+def _hit(obj: Object[WeaviateProperties, None], score: float | None) -> Hit:
+    meta = from_properties(obj.properties)
+    text = meta.pop("text", "")
+    return Hit(
+        id=str(meta.pop("id")), score=float(score or 0.0), text=text if isinstance(text, str) else "", metadata=meta
+    )
+
+
+def to_weaviate(f: Filter) -> FilterReturn:
     """A portable filter as Weaviate filter objects."""
     if isinstance(f, And):
         return WFilter.all_of([to_weaviate(x) for x in f.items])
@@ -246,31 +290,47 @@ def to_weaviate(f: Filter) -> Any:
     return _cond(f)
 
 
-def _cond(c: Cond) -> Any:
-    key, value = _prop(c.field), c.value
+def _cond(c: Cond) -> FilterReturn:
+    key, values = _prop(c.field), c.values
     if c.field.startswith(ENTITY):
-        key = "entity_tags"
-        value = [entity_tag(c.field, v) for v in value] if c.op == "in" else entity_tag(c.field, value)
+        key, values = "entity_tags", tuple(entity_tag(c.field, v) for v in values)
     prop = WFilter.by_property(key)
+    many = _sequence(values)
     if (field_kind(c.field) or "").endswith("_list"):
         if c.op == "in":
-            return prop.contains_any(list(value))
-        return prop.contains_any([value]) if c.op == "eq" else prop.contains_none([value])
+            return prop.contains_any(many)
+        return prop.contains_any(_sequence(values[:1])) if c.op == "eq" else prop.contains_none(_sequence(values[:1]))
     if c.op == "in":
-        return prop.contains_any(list(value))
+        return prop.contains_any(many)
+    value = values[0]
     return {
         "eq": prop.equal, "ne": prop.not_equal, "gt": prop.greater_than, "gte": prop.greater_or_equal,
         "lt": prop.less_than, "lte": prop.less_or_equal,
     }[c.op](value)  # fmt: skip
 
 
-def _combined_filter(request: SearchRequest) -> Any:
+def _sequence(values: tuple[Scalar, ...]) -> list[str] | list[int] | list[float] | list[bool]:
+    """A condition's values as the one-typed list Weaviate's filters take (a field holds one type)."""
+    if all(isinstance(v, str) for v in values):
+        return [str(v) for v in values]
+    if all(isinstance(v, bool) for v in values):
+        return [bool(v) for v in values]
+    if all(isinstance(v, int) for v in values):
+        return [int(v) for v in values]
+    return [float(v) for v in values]
+
+
+def _combined_filter(request: SearchRequest) -> FilterReturn | None:
     parts = [to_weaviate(request.where)] if request.where is not None else []
     if request.native is not None:
         if isinstance(request.native, str | dict):
             raise StoreError(
                 "Weaviate's native filter is a weaviate.classes.query.Filter object (from the SDK); use --where",
                 code="INVALID_FILTER",
+            )
+        if not isinstance(request.native, _Filters):
+            raise StoreError(
+                "Weaviate's native filter is a weaviate.classes.query.Filter object", code="INVALID_FILTER"
             )
         parts.append(request.native)
     return None if not parts else parts[0] if len(parts) == 1 else WFilter.all_of(parts)
@@ -279,7 +339,7 @@ def _combined_filter(request: SearchRequest) -> Any:
 class WeaviateState:
     """The pipeline's state as objects (no vectors) of the `Shoal_state` collection."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: weaviate.WeaviateClient) -> None:
         name = class_name(STATE_PREFIX)
         if not client.collections.exists(name):
             field = Tokenization.FIELD
@@ -288,21 +348,21 @@ class WeaviateState:
             client.collections.create(name, properties=props, vector_config=Configure.Vectors.self_provided())
         self.col = client.collections.use(name)
 
-    def get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
+    def get(self, keys: list[str]) -> dict[str, Record]:
+        out: dict[str, Record] = {}
         for i in range(0, len(keys), 1000):
             part = [point_id(k) for k in keys[i : i + 1000]]
             res = self.col.query.fetch_objects(filters=WFilter.by_id().contains_any(part), limit=len(part))
-            out.update({o.properties["key"]: json.loads(o.properties["doc"]) for o in res.objects})
+            out.update(_state_record(o.properties) for o in res.objects)
         return out
 
-    def put(self, records: dict[str, dict[str, Any]]) -> None:
+    def put(self, records: Mapping[str, Mapping[str, JSONLike]]) -> None:
         with self.col.batch.fixed_size(batch_size=BATCH) as batch:
             for k, d in records.items():
-                props = {
+                props: dict[str, WeaviateField] = {
                     "key": k,
                     "doc": json.dumps(d, default=str),
-                    **{f: d[f] for f in ("kind", "collection", "root") if d.get(f)},
+                    **{f: v for f in ("kind", "collection", "root") if isinstance(v := d.get(f), str) and v},
                 }
                 batch.add_object(properties=props, uuid=point_id(k))
         if self.col.batch.failed_objects:
@@ -312,11 +372,20 @@ class WeaviateState:
         for i in range(0, len(keys), 1000):
             self.col.data.delete_many(where=WFilter.by_id().contains_any([point_id(k) for k in keys[i : i + 1000]]))
 
-    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, dict[str, Any]]:
+    def scan(self, kind: str, collection: str | None = None, root: str | None = None) -> dict[str, Record]:
         want = {"kind": kind, "collection": collection, "root": root}
-        out = {}
+        out: dict[str, Record] = {}
         for o in self.col.iterator(return_properties=["key", "kind", "collection", "root", "doc"]):
             p = o.properties
             if all(v is None or p.get(f) == v for f, v in want.items()):
-                out[p["key"]] = json.loads(p["doc"])
+                key, record = _state_record(p)
+                out[key] = record
         return out
+
+
+def _state_record(props: Mapping[str, object]) -> tuple[str, Record]:
+    """A state object's key and record (the record is kept as JSON in `doc`)."""
+    key, doc = props.get("key"), props.get("doc")
+    if not isinstance(key, str) or not isinstance(doc, str):
+        raise StoreError(f"a {STATE_PREFIX!r} object without its key and doc", "STORE_CORRUPT")
+    return key, json.loads(doc)

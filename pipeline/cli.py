@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from connectors.base import Hit
+    from pipeline.config import PipelineConfig
 
 DEFAULT_DB = "lancedb://./shoal-data"
 MODES = ("hybrid", "dense", "text", "sparse", "multivector")  # pipeline.search.MODES (a test keeps them equal)
@@ -49,7 +53,7 @@ SearchUrlOpt = Annotated[
 def _config(
     config: Path | None, db: str | None, collection: str | None, url: str | None, state: str | None,
     include: list[str] | None = None, exclude: list[str] | None = None,
-) -> Any:  # fmt: skip
+) -> PipelineConfig:  # fmt: skip
     from pipeline.config import load_config
 
     cfg = load_config(config, db=db, collection=collection, state=state)
@@ -63,7 +67,9 @@ def _config(
     return cfg
 
 
-async def _ingest_roots(jobs: list[tuple[Path, Any]], quiet: bool, as_json: bool, recorded: bool = False) -> int:
+async def _ingest_roots(
+    jobs: list[tuple[Path, PipelineConfig]], quiet: bool, as_json: bool, recorded: bool = False
+) -> int:
     """Run ingest over (root, config) pairs with one client; returns the worst exit code. A `recorded` root
     (reindex) that is gone is reported and the others still run."""
     import sys
@@ -186,7 +192,7 @@ def search_command(
 
         client = AsyncClient(url)
 
-    async def run() -> Any:
+    async def run() -> list[Hit]:
         try:
             return await search_async(
                 query, db=db or DEFAULT_DB, collection=collection, top_k=top_k, where=where or None,
@@ -199,7 +205,7 @@ def search_command(
     _print_hits(asyncio.run(run()), query, mode, bool(rerank), as_json)
 
 
-def _print_hits(hits: list[Any], query: str, mode: str, reranked: bool, as_json: bool) -> None:
+def _print_hits(hits: list[Hit], query: str, mode: str, reranked: bool, as_json: bool) -> None:
     if as_json:
         for h in hits:
             print(json.dumps({"id": h.id, "score": h.score, "text": h.text, **h.metadata}, default=str))

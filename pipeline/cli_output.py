@@ -6,12 +6,24 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from connectors.base import Hit
+    from pipeline.summary import IngestSummary
 
 console = Console(stderr=True)
 out = Console()
@@ -32,8 +44,8 @@ class RichProgress:
             console=console,
             disable=quiet,
         )
-        self.task: Any = None
-        self.parts: dict[str, Any] = {}  # rel -> the bar of a large file being written window by window
+        self.task: TaskID | None = None
+        self.parts: dict[str, TaskID] = {}  # rel -> the bar of a large file being written window by window
         self.chunks = self.tokens = 0
         self.t0 = time.perf_counter()
         self._mu = threading.Lock()
@@ -49,14 +61,16 @@ class RichProgress:
                 self.bar.remove_task(self.parts.pop(rel))
             self.chunks += chunks
             self.tokens += tokens
-            self.bar.update(self.task, advance=1, info=self._info())
+            if self.task is not None:
+                self.bar.update(self.task, advance=1, info=self._info())
 
     def file_part(self, rel: str, chunks: int, tokens: int, done: int, total: int) -> None:
         """A window of a large file is written: its own bar (chunks done of the file's), and the totals."""
         with self._mu:
             self.chunks += chunks
             self.tokens += tokens
-            self.bar.update(self.task, info=self._info())
+            if self.task is not None:
+                self.bar.update(self.task, info=self._info())
             if rel not in self.parts:
                 self.parts[rel] = self.bar.add_task(escape(f"  {rel}"), total=total, info="chunks of this file")
             self.bar.update(self.parts[rel], completed=done)
@@ -73,7 +87,7 @@ class RichProgress:
         self.bar.stop()
 
 
-def print_summary(s: Any) -> None:
+def print_summary(s: IngestSummary) -> None:
     title = escape(f"ingest {s.root} -> {s.db}, collection {s.collection}")
     t = Table(title=title, show_header=False)
     t.add_column("what")
@@ -112,17 +126,22 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def print_hits(hits: list[Any], query: str, mode: str, reranked: bool) -> None:
+def print_hits(hits: list[Hit], query: str, mode: str, reranked: bool) -> None:
     out.print(
         f"[bold]{plural(len(hits), 'hit')}[/bold] for {escape(repr(query))} ({mode}{', reranked' if reranked else ''})"
     )
     for i, h in enumerate(hits, 1):
         m = h.metadata
-        where = escape(" > ".join(m.get("heading_path") or []))
-        pages = f"p.{','.join(map(str, m['pages']))}" if m.get("pages") else ""
+        where = escape(" > ".join(_strings(m.get("heading_path"))))
+        pages = f"p.{','.join(_strings(m.get('pages')))}" if m.get("pages") else ""
         source = f"[cyan]{escape(str(m.get('source')))}[/cyan]"
         head = "  ".join(x for x in (source, pages, f"[dim]{where}[/dim]" if where else "") if x)
         text = " ".join(h.text.split())
         out.print(f"\n[bold]{i}.[/bold] {head}  [dim]score {h.score:.4f}[/dim]", soft_wrap=True)
         body = textwrap.fill(text[:600] + ("..." if len(text) > 600 else ""), max(40, out.width - 4))
         out.print(textwrap.indent(body, "   "), highlight=False, markup=False)
+
+
+def _strings(value: object) -> list[str]:
+    """A list field of a hit (heading path, pages) as text; nothing when the store left it out."""
+    return [str(v) for v in value] if isinstance(value, list | tuple) else []

@@ -6,13 +6,15 @@ import difflib
 import hashlib
 import json
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
 from engine.client.retry import RetryPolicy
+from engine.tasks.results import JSONValue
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_DB = "lancedb://./shoal-data"
@@ -78,7 +80,7 @@ class Step(BaseModel):
     kind: StepKind
     model: str
     labels: list[str] = Field(default_factory=list, description="entity or class labels (entities, classify)")
-    options: dict[str, Any] = Field(default_factory=dict, description="encode options, e.g. dimensions")
+    options: dict[str, JsonValue] = Field(default_factory=dict, description="encode options, e.g. dimensions")
     threshold: float | None = Field(default=None, description="minimum score kept (entities, classify)")
 
     @model_validator(mode="after")
@@ -163,7 +165,7 @@ class PipelineConfig(BaseModel):
     def step(self, kind: StepKind) -> Step | None:
         return next((s for s in self.steps if s.kind == kind), None)
 
-    def fingerprint(self, model_infos: dict[str, dict[str, Any]] | None = None) -> str:
+    def fingerprint(self, model_infos: Mapping[str, Mapping[str, JSONValue]] | None = None) -> str:
         """Hash of everything that shapes the stored chunks: chunking, steps, model versions, code version."""
         shaping = {
             "version": PIPELINE_VERSION,
@@ -178,9 +180,9 @@ class PipelineConfig(BaseModel):
         return hashlib.sha256(json.dumps(shaping, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def load_config(path: Path | str | None = None, **overrides: Any) -> PipelineConfig:
+def load_config(path: Path | str | None = None, **overrides: object) -> PipelineConfig:
     """Read a YAML or TOML config (or the defaults), apply non-None overrides, validate."""
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     if path is not None:
         p = Path(path)
         try:

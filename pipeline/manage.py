@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from connectors.base import VectorStore, delete_source
 from connectors.filters import Cond
 from pipeline.config import ConfigError
+from pipeline.manifest import RunRow
 from pipeline.state import ManifestLike, manifest_for
 from pipeline.stores import open_existing, read_manifest
 
@@ -26,7 +26,7 @@ class CollectionInfo:
 
     name: str
     chunks: int
-    roots: list[dict[str, Any]] = field(default_factory=list)  # root, started, finished, status
+    roots: list[RunRow] = field(default_factory=list)  # root, started, finished, status
     sources: dict[str, int] = field(default_factory=dict)  # status -> count
 
 

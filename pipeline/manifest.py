@@ -13,7 +13,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypedDict
+
+from pydantic import JsonValue
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sources (
@@ -31,6 +33,41 @@ CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT, collection TEXT, root TEXT, started REAL, finished REAL,
     status TEXT, summary TEXT);
 """
+
+
+Config = dict[str, JsonValue]  # a run's pipeline config or summary as JSON (PipelineConfig.model_dump)
+SQLValue = str | int | float | bytes | None  # what a statement binds
+
+
+class CommitItem(TypedDict):
+    """A source whose chunks were all written: its new hash, fingerprint, chunk ids and size."""
+
+    path: str
+    hash: str
+    fingerprint: str | None
+    ids: list[str]
+    size: int
+
+
+class SourceRow(TypedDict):
+    """One recorded source, as `shoal sources` lists it."""
+
+    path: str
+    root: str
+    rel: str
+    status: str
+    error: str | None
+    chunks: int
+    updated_at: float | None
+
+
+class RunRow(TypedDict):
+    """The last run of one root."""
+
+    root: str
+    started: float | None
+    finished: float | None
+    status: str | None
 
 
 @dataclass
@@ -62,7 +99,7 @@ class Manifest:
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
         self._mu = threading.Lock()
-        self._lock_file: Any = None
+        self._lock_file: IO[str] | None = None
 
     def close(self) -> None:
         self.unlock()
@@ -85,7 +122,7 @@ class Manifest:
             self._lock_file.close()
             self._lock_file = None
 
-    def _tx(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def _tx(self, statements: list[tuple[str, tuple[SQLValue, ...]]]) -> None:
         with self._mu:
             self.db.execute("BEGIN IMMEDIATE")
             try:
@@ -96,7 +133,7 @@ class Manifest:
                 self.db.execute("ROLLBACK")
                 raise
 
-    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    def _rows(self, sql: str, args: tuple[SQLValue, ...] = ()) -> list[tuple[Any, ...]]:  # sqlite3 rows are untyped
         with self._mu:
             return self.db.execute(sql, args).fetchall()
 
@@ -129,7 +166,7 @@ class Manifest:
 
     def add_pending(self, collection: str, root: str, items: list[tuple[str, str, list[str]]]) -> None:
         """Before a write: remember the ids about to land, so a crash leaves no orphan behind."""
-        stmts = []
+        stmts: list[tuple[str, tuple[SQLValue, ...]]] = []
         for path, rel, ids in items:
             stmts.append(
                 (
@@ -142,7 +179,7 @@ class Manifest:
             )
         self._tx(stmts)
 
-    def commit(self, collection: str, items: list[dict[str, Any]]) -> None:
+    def commit(self, collection: str, items: list[CommitItem]) -> None:
         """After a write and the removal of stale chunks: the source's new state, pending cleared."""
         self._tx(
             [
@@ -182,7 +219,7 @@ class Manifest:
 
     # -- roots, collections, runs -------------------------------------------------------------------
 
-    def record_root(self, collection: str, root: str, config: dict[str, Any], db: str) -> None:
+    def record_root(self, collection: str, root: str, config: Config, db: str) -> None:
         self._tx(
             [
                 (
@@ -199,16 +236,16 @@ class Manifest:
             ]
         )
 
-    def roots(self, collection: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    def roots(self, collection: str | None = None) -> list[tuple[str, str, Config]]:
         """(collection, root, config) of every recorded root."""
         sql = "SELECT collection, root, config FROM roots" + (" WHERE collection = ?" if collection else "")
         return [(c, r, json.loads(cfg)) for c, r, cfg in self._rows(sql, (collection,) if collection else ())]
 
-    def collection_config(self, collection: str) -> dict[str, Any] | None:
+    def collection_config(self, collection: str) -> Config | None:
         rows = self._rows("SELECT config FROM collections WHERE collection = ?", (collection,))
         return json.loads(rows[0][0]) if rows else None
 
-    def record_run(self, collection: str, root: str, started: float, status: str, summary: dict[str, Any]) -> None:
+    def record_run(self, collection: str, root: str, started: float, status: str, summary: Config) -> None:
         self._tx(
             [
                 (
@@ -220,20 +257,21 @@ class Manifest:
 
     # -- listings and removal (shoal collections / sources / forget / delete) ----------------------
 
-    def source_rows(self, collection: str) -> list[dict[str, Any]]:
+    def source_rows(self, collection: str) -> list[SourceRow]:
         """Every recorded source of a collection: path, root, rel, status, error, chunks, updated_at."""
         sql = "SELECT path, root, rel, status, error, chunks, updated_at FROM sources WHERE collection = ?"
-        keys = ("path", "root", "rel", "status", "error", "chunks", "updated_at")
-        return [dict(zip(keys, r, strict=True)) for r in self._rows(sql + " ORDER BY root, rel", (collection,))]
+        return [
+            SourceRow(path=p, root=r, rel=rel, status=st, error=err, chunks=n, updated_at=at)
+            for p, r, rel, st, err, n, at in self._rows(sql + " ORDER BY root, rel", (collection,))
+        ]
 
-    def last_runs(self, collection: str) -> list[dict[str, Any]]:
+    def last_runs(self, collection: str) -> list[RunRow]:
         """The last run of each root of a collection: root, started, finished, status."""
         sql = (
             "SELECT root, started, finished, status FROM runs WHERE id IN "
             "(SELECT max(id) FROM runs WHERE collection = ? GROUP BY root) ORDER BY root"
         )
-        keys = ("root", "started", "finished", "status")
-        return [dict(zip(keys, r, strict=True)) for r in self._rows(sql, (collection,))]
+        return [RunRow(root=r, started=s, finished=f, status=st) for r, s, f, st in self._rows(sql, (collection,))]
 
     def forget_root(self, collection: str, root: str) -> None:
         """Stop tracking a root: its record, its sources' records and its runs."""

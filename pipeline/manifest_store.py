@@ -12,10 +12,9 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any
 
-from connectors.base import StateTable
-from pipeline.manifest import SourceRecord, StoreLocked
+from connectors.base import JSONValue, Record, StateTable
+from pipeline.manifest import CommitItem, Config, RunRow, SourceRecord, SourceRow, StoreLocked
 
 LEASE_S = 30.0
 KEEP_RUNS = 20
@@ -26,11 +25,31 @@ def _key(kind: str, collection: str, name: str = "") -> str:
     return f"{kind}:{collection}:{name}"
 
 
-def _record(d: dict[str, Any]) -> SourceRecord:
+def _record(d: Record) -> SourceRecord:
     return SourceRecord(
-        d["path"], d["rel"], d.get("content_hash"), d.get("fingerprint"), list(d.get("chunk_ids") or []),
-        list(d.get("pending_ids") or []), d["status"], d.get("error"),
+        _text(d, "path") or "", _text(d, "rel") or "", _text(d, "content_hash"), _text(d, "fingerprint"),
+        _texts(d, "chunk_ids"), _texts(d, "pending_ids"), _text(d, "status") or "", _text(d, "error"),
     )  # fmt: skip
+
+
+def _text(d: Record, key: str) -> str | None:
+    value = d.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _texts(d: Record, key: str) -> list[str]:
+    value = d.get(key)
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _number(d: Record, key: str) -> float | None:
+    value = d.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _config(d: Record | None) -> Config | None:
+    value = d.get("config") if d else None
+    return value if isinstance(value, dict) else None
 
 
 class StoreManifest:
@@ -51,10 +70,11 @@ class StoreManifest:
         with self._mu:
             held = self.table.get([LOCK_KEY]).get(LOCK_KEY)
             now = time.time()
-            if held and held["owner"] != self.owner and held["expires"] > now:
+            expires = (_number(held, "expires") or 0.0) if held else 0.0
+            if held and held.get("owner") != self.owner and expires > now:
                 raise StoreLocked(
-                    f"another ingest ({held['owner']}) is writing to {self.where}; its lease expires in "
-                    f"{held['expires'] - now:.0f} s if it has stopped"
+                    f"another ingest ({held.get('owner')}) is writing to {self.where}; its lease expires in "
+                    f"{expires - now:.0f} s if it has stopped"
                 )
             self._renew()
             if self.table.get([LOCK_KEY])[LOCK_KEY]["owner"] != self.owner:  # lost a race to another job
@@ -64,7 +84,7 @@ class StoreManifest:
         self._beat.start()
 
     def _renew(self) -> None:
-        doc = {"kind": "lock", "owner": self.owner, "expires": time.time() + self.lease_s}
+        doc: Record = {"kind": "lock", "owner": self.owner, "expires": time.time() + self.lease_s}
         self.table.put({LOCK_KEY: doc})
 
     def _heartbeat(self) -> None:
@@ -91,12 +111,12 @@ class StoreManifest:
     def sources(self, collection: str, root: str | None = None) -> dict[str, SourceRecord]:
         with self._mu:
             docs = self.table.scan("source", collection, root)
-        return {d["path"]: _record(d) for d in docs.values()}
+        return {r.path: r for r in map(_record, docs.values())}
 
     def sources_for(self, collection: str, paths: list[str]) -> dict[str, SourceRecord]:
         with self._mu:
             docs = self.table.get([_key("source", collection, p) for p in paths])
-        return {d["path"]: _record(d) for d in docs.values()}
+        return {r.path: r for r in map(_record, docs.values())}
 
     def add_pending(self, collection: str, root: str, items: list[tuple[str, str, list[str]]]) -> None:
         """Before a write: remember the ids about to land, so a crash leaves no orphan behind."""
@@ -104,27 +124,29 @@ class StoreManifest:
             keys = [_key("source", collection, path) for path, _, _ in items]
             have = self.table.get(keys)
             now = time.time()
-            out = {}
+            out: dict[str, Record] = {}
             for key, (path, rel, ids) in zip(keys, items, strict=True):
-                doc = have.get(key) or {
+                doc: Record = have.get(key) or {
                     "kind": "source", "collection": collection, "root": root, "path": path, "rel": rel,
                     "status": "pending", "chunk_ids": [], "pending_ids": [], "updated_at": now,
                 }  # fmt: skip
-                doc["pending_ids"] = list(dict.fromkeys([*doc.get("pending_ids", []), *ids]))
+                pending: list[JSONValue] = list(dict.fromkeys([*_texts(doc, "pending_ids"), *ids]))
+                doc["pending_ids"] = pending
                 out[key] = doc
             self.table.put(out)
 
-    def commit(self, collection: str, items: list[dict[str, Any]]) -> None:
+    def commit(self, collection: str, items: list[CommitItem]) -> None:
         """After a write and the removal of stale chunks: the source's new state, pending cleared."""
         with self._mu:
             keys = [_key("source", collection, it["path"]) for it in items]
             have = self.table.get(keys)
-            out = {}
+            out: dict[str, Record] = {}
             for key, it in zip(keys, items, strict=True):
                 if key in have:
                     doc = have[key]
+                    chunk_ids: list[JSONValue] = list(it["ids"])
                     doc.update(
-                        content_hash=it["hash"], fingerprint=it["fingerprint"], chunk_ids=list(it["ids"]),
+                        content_hash=it["hash"], fingerprint=it["fingerprint"], chunk_ids=chunk_ids,
                         pending_ids=[], status="ok", error=None, size=it["size"], chunks=len(it["ids"]),
                         updated_at=time.time(),
                     )  # fmt: skip
@@ -135,7 +157,7 @@ class StoreManifest:
         """A file that could not be ingested: its reason is kept; its last good chunks (if any) stay."""
         with self._mu:
             key = _key("source", collection, path)
-            doc = self.table.get([key]).get(key) or {
+            doc: Record = self.table.get([key]).get(key) or {
                 "kind": "source", "collection": collection, "root": root, "path": path, "rel": rel,
                 "content_hash": content_hash, "chunk_ids": [], "pending_ids": [],
             }  # fmt: skip
@@ -148,7 +170,7 @@ class StoreManifest:
 
     # -- roots, collections, runs -------------------------------------------------------------------
 
-    def record_root(self, collection: str, root: str, config: dict[str, Any], db: str) -> None:
+    def record_root(self, collection: str, root: str, config: Config, db: str) -> None:
         now = time.time()
         with self._mu:
             self.table.put(
@@ -161,47 +183,62 @@ class StoreManifest:
                 }
             )  # fmt: skip
 
-    def roots(self, collection: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    def roots(self, collection: str | None = None) -> list[tuple[str, str, Config]]:
         """(collection, root, config) of every recorded root."""
         with self._mu:
             docs = self.table.scan("root", collection)
-        return sorted((d["collection"], d["root"], d["config"]) for d in docs.values())
+        found = [(_text(d, "collection") or "", _text(d, "root") or "", _config(d) or {}) for d in docs.values()]
+        return sorted(found, key=lambda r: (r[0], r[1]))
 
-    def collection_config(self, collection: str) -> dict[str, Any] | None:
+    def collection_config(self, collection: str) -> Config | None:
         key = _key("collection", collection)
         with self._mu:
             doc = self.table.get([key]).get(key)
-        return doc["config"] if doc else None
+        return _config(doc)
 
-    def record_run(self, collection: str, root: str, started: float, status: str, summary: dict[str, Any]) -> None:
+    def record_run(self, collection: str, root: str, started: float, status: str, summary: Config) -> None:
         """Keep the last KEEP_RUNS runs of a collection (the state table does not grow per run)."""
-        doc = {"kind": "run", "collection": collection, "root": root, "started": started, "finished": time.time(),
+        doc: Record = {"kind": "run", "collection": collection, "root": root, "started": started, "finished": time.time(),
                "status": status, "summary": summary}  # fmt: skip
         with self._mu:
             self.table.put({_key("run", collection, f"{started:.6f}:{self.owner}"): doc})
             runs = self.table.scan("run", collection)
-            old = sorted(runs, key=lambda k: runs[k]["started"])[:-KEEP_RUNS]
+            old = sorted(runs, key=lambda k: _number(runs[k], "started") or 0.0)[:-KEEP_RUNS]
             self.table.delete(old)
 
     # -- listings and removal (shoal collections / sources / forget / delete) ----------------------
 
-    def source_rows(self, collection: str) -> list[dict[str, Any]]:
+    def source_rows(self, collection: str) -> list[SourceRow]:
         """Every recorded source of a collection: path, root, rel, status, error, chunks, updated_at."""
         with self._mu:
             docs = self.table.scan("source", collection)
-        keys = ("path", "root", "rel", "status", "error", "chunks", "updated_at")
-        rows = [{k: d.get(k) for k in keys} for d in docs.values()]
-        for r in rows:
-            r["chunks"] = r["chunks"] or 0
-        return sorted(rows, key=lambda r: (r["root"] or "", r["rel"] or ""))
+        rows = [
+            SourceRow(
+                path=_text(d, "path") or "",
+                root=_text(d, "root") or "",
+                rel=_text(d, "rel") or "",
+                status=_text(d, "status") or "",
+                error=_text(d, "error"),
+                chunks=int(_number(d, "chunks") or 0),
+                updated_at=_number(d, "updated_at"),
+            )  # fmt: skip
+            for d in docs.values()
+        ]
+        return sorted(rows, key=lambda r: (r["root"], r["rel"]))
 
-    def last_runs(self, collection: str) -> list[dict[str, Any]]:
+    def last_runs(self, collection: str) -> list[RunRow]:
         """The last run of each root of a collection: root, started, finished, status."""
         with self._mu:
             runs = self.table.scan("run", collection)
-        last: dict[str, dict[str, Any]] = {}
-        for d in sorted(runs.values(), key=lambda d: d["started"]):
-            last[d["root"]] = {k: d.get(k) for k in ("root", "started", "finished", "status")}
+        last: dict[str, RunRow] = {}
+        for d in sorted(runs.values(), key=lambda d: _number(d, "started") or 0.0):
+            root = _text(d, "root")
+            last[root or ""] = RunRow(
+                root=root or "",
+                started=_number(d, "started"),
+                finished=_number(d, "finished"),
+                status=_text(d, "status"),
+            )
         return [last[r] for r in sorted(last)]
 
     def forget_root(self, collection: str, root: str) -> None:

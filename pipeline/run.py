@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from connectors.base import CollectionSpec
+from connectors.chunks import ChunkBatch, ChunkFields
 from connectors.filters import Cond
 from connectors.registry import open_store
 from engine.client.calls import ModelCalls
@@ -17,7 +18,7 @@ from engine.client.protocol import ShoalClient
 from engine.errors import ShoalError
 from pipeline.chunking import Chunk, Chunker
 from pipeline.config import ConfigError, PipelineConfig, load_config
-from pipeline.enrich import Enricher
+from pipeline.enrich import Enriched, Enricher, entity_tags
 from pipeline.parsers import Document, ParseError, parse
 from pipeline.roots import check_root, walk_root
 from pipeline.sources import SourceError, SourceFile, read_source
@@ -47,7 +48,7 @@ class _Done:
     content_hash: str
     doc: Document
     chunks: list[Chunk]
-    columns: list[dict[str, Any]] = field(default_factory=list)
+    columns: Enriched
     ids: list[str] | None = None  # the file's last piece: every chunk id of the file (committed with it)
     total: int = 0  # chunks in the whole file
 
@@ -87,7 +88,8 @@ class IngestRun:
             tok = await self.enricher.client.tokenizer(tok_model)
         except Exception as e:  # noqa: BLE001 - any failure means chunking cannot count tokens
             raise ConfigError(f"chunking needs the tokenizer of {tok_model!r} on this machine: {e}") from e
-        max_len = min(tok.max_len, infos[self.cfg.dense.model].get("max_sequence_length") or tok.max_len)
+        card_len = infos[self.cfg.dense.model].get("max_sequence_length")
+        max_len = min(tok.max_len, card_len) if isinstance(card_len, int) and card_len else tok.max_len
         self.chunker = Chunker(tok.tokenizer, max_len, self.cfg.chunking)
         self.s.fingerprint = self.cfg.fingerprint(infos)
         self.store = open_store(self.cfg.db)
@@ -238,13 +240,25 @@ class IngestRun:
             self.progress.file_done(f.rel, "failed", 0, 0)
         return None
 
-    def _row(self, d: _Done, c: Chunk, cols: dict[str, Any], now: float) -> dict[str, Any]:
-        return {
+    def _fields(self, d: _Done, i: int, now: float) -> ChunkFields:
+        c, cols = d.chunks[i], d.columns
+        fields: ChunkFields = {
             "id": c.id, "text": c.text, "root": str(self.root), "source": d.file.rel, "title": d.doc.title,
             "kind": d.doc.kind, "chunk_index": c.index, "chunk_hash": c.hash, "doc_hash": d.content_hash,
             "pages": c.pages, "heading_path": list(c.headings), "char_start": c.start, "char_end": c.end,
-            "n_tokens": c.n_tokens, "ingested_at": now, **cols,
+            "n_tokens": c.n_tokens, "ingested_at": now,
         }  # fmt: skip
+        if cols.entities is not None:
+            fields["entities"] = cols.entities[i]
+            fields["entity_tags"] = entity_tags(cols.entities[i])
+        if cols.classes is not None:
+            fields["classes"] = cols.classes[i]
+        return fields
+
+    def _batch(self, d: _Done, now: float) -> ChunkBatch:
+        """One file's (or window's) chunks as a write: their fields, and the vector arrays enrichment made."""
+        fields = [self._fields(d, i, now) for i in range(len(d.chunks))]
+        return ChunkBatch(fields, d.columns.vectors, d.columns.multivectors, d.columns.sparse)
 
     async def _writer(self, queue: asyncio.Queue[_Done | None]) -> None:
         """Batches finished files into store writes (by size or age): pending ids, upsert, drop stale, commit."""
@@ -278,9 +292,9 @@ class IngestRun:
             self.coll, root, [(str(d.file.path), d.file.rel, [c.id for c in d.chunks]) for d in batch]
         )
         now = time.time()
-        rows = [self._row(d, c, cols, now) for d in batch for c, cols in zip(d.chunks, d.columns, strict=True)]
-        self.s.chunks_written += self.store.upsert(self.coll, rows)
-        del rows
+        chunks = ChunkBatch.concat([self._batch(d, now) for d in batch])
+        self.s.chunks_written += self.store.upsert(self.coll, chunks)
+        del chunks
         done = [d for d in batch if d.ids is not None and str(d.file.path) not in self.failed]  # whole files
         stale: list[str] = []
         for d in done:
@@ -297,7 +311,7 @@ class IngestRun:
             self.coll,
             [
                 {"path": str(d.file.path), "hash": d.content_hash, "fingerprint": self.s.fingerprint,
-                 "ids": d.ids, "size": d.file.size}
+                 "ids": d.ids or [], "size": d.file.size}
                 for d in done
             ],
         )  # fmt: skip

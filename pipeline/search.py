@@ -4,15 +4,17 @@ can), filter by the portable `where` and/or the store's native filter, optionall
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Literal, TypedDict, Unpack
 
 import numpy as np
 
 from connectors.base import Hit, SearchMode, SearchRequest, StoreError, VectorStore
-from connectors.filters import FilterError, check_fields, parse
+from connectors.chunks import F32
+from connectors.filters import Filter, FilterError, check_fields, parse
 from connectors.registry import url_collection
 from engine.client.calls import Item
 from engine.client.protocol import ShoalClient
+from engine.tasks.results import JSONValue
 from pipeline.config import DEFAULT_DB, ConfigError, PipelineConfig
 from pipeline.enrich import Enricher
 from pipeline.run import open_client
@@ -37,7 +39,7 @@ def collection_config(store: VectorStore, collection: str, state: str | None = N
     return PipelineConfig.model_validate({**saved, "db": store.uri, "collection": collection})
 
 
-def check_where(cfg: PipelineConfig, where: Any) -> Any:
+def check_where(cfg: PipelineConfig, where: object) -> Filter | None:
     """The portable filter, its fields checked against what the collection holds (fails fast when unknown)."""
     flt = parse(where)
     entities = cfg.step("entities")
@@ -51,8 +53,8 @@ async def search_async(
     db: str = DEFAULT_DB,
     collection: str | None = None,
     top_k: int = 10,
-    where: Any = None,
-    filter: Any = None,
+    where: object = None,
+    filter: object = None,
     mode: SearchMode = "hybrid",
     rerank: str | None = None,
     client: ShoalClient | None = None,
@@ -85,7 +87,7 @@ async def search_async(
 
 
 async def _search(
-    store: VectorStore, cfg: PipelineConfig, coll: str, client: ShoalClient, query: str, flt: Any, native: Any,
+    store: VectorStore, cfg: PipelineConfig, coll: str, client: ShoalClient, query: str, flt: Filter | None, native: object,
     mode: SearchMode, top_k: int, rerank: str | None,
 ) -> list[Hit]:  # fmt: skip
     caps = store.capabilities
@@ -106,7 +108,7 @@ async def _search(
         )
     if sparse and caps.sparse_search and mode in ("hybrid", "sparse"):
         r = await enricher.client.encode(sparse.model, query, output_types=["sparse"], is_query=True, options=sparse.options or None)  # fmt: skip
-        req.sparse = {"indices": [int(i) for i in r["sparse"]["indices"]], "values": [float(v) for v in r["sparse"]["values"]]}  # fmt: skip
+        req.sparse = {"indices": r["sparse"]["indices"], "values": r["sparse"]["values"]}  # the SDK's arrays
     if mode == "multivector" and not (colbert and caps.multivector):
         raise ConfigError(f"multivector search needs a collection with a multivector step ({store.uri})")
     if colbert and caps.multivector and mode in ("hybrid", "multivector"):
@@ -120,9 +122,11 @@ async def _search(
     return hits[:top_k]
 
 
-async def _encode(enricher: Enricher, model: str, query: str, output: str, options: dict[str, Any]) -> np.ndarray:
+async def _encode(
+    enricher: Enricher, model: str, query: str, output: Literal["dense", "multivector"], options: dict[str, JSONValue]
+) -> F32:
     r = await enricher.client.encode(model, query, output_types=[output], is_query=True, options=options or None)
-    return np.asarray(r[output], dtype=np.float32)
+    return np.asarray(r["dense"] if output == "dense" else r["multivector"], dtype=np.float32)
 
 
 async def check_reranker(enricher: Enricher, model: str) -> None:
@@ -136,20 +140,27 @@ async def rerank_hits(enricher: Enricher, model: str, query: str, hits: list[Hit
     """Reorder hits by a cross-encoder's scores (the SIE `score` task)."""
     items: list[Item] = [{"id": h.id, "text": h.text} for h in hits]
     result = await enricher.client.score(model, query, items)
-    scores = result.get("scores", result) if isinstance(result, dict) else result
-    by_id: dict[str, float] = {}
-    for i, s in enumerate(scores):
-        if isinstance(s, dict):
-            key = s.get("item_id") or s.get("id") or hits[int(s.get("index", i))].id
-            by_id[str(key)] = float(s["score"])
-        else:
-            by_id[hits[i].id] = float(s)
+    by_id = {str(s["item_id"]): float(s["score"]) for s in result["scores"]}  # each item keeps its hit's id
     for h in hits:
         h.metadata["retrieval_score"] = h.score
         h.score = by_id.get(h.id, float("-inf"))
     return sorted(hits, key=lambda h: -h.score)
 
 
-def search(query: str, **kwargs: Any) -> list[Hit]:
+class SearchOptions(TypedDict, total=False):
+    """The keyword arguments of `search_async` (and `search`)."""
+
+    db: str
+    collection: str | None
+    top_k: int
+    where: object
+    filter: object
+    mode: SearchMode
+    rerank: str | None
+    client: ShoalClient | None
+    state: str | None
+
+
+def search(query: str, **kwargs: Unpack[SearchOptions]) -> list[Hit]:
     """Blocking `search_async`."""
     return asyncio.run(search_async(query, **kwargs))

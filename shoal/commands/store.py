@@ -52,6 +52,7 @@ def _collection(db: str | None, collection: str | None) -> tuple[str, str]:
 def collections_command(db: DbOpt = None, state: StateOpt = None, as_json: JsonOpt = False) -> None:
     """List the collections of a store: chunks, sources by status, and each ingested folder's last run."""
     from pipeline.manage import collections
+    from pipeline.manifest import RunRow
 
     uri = db or DEFAULT_DB
     infos = collections(uri, state)
@@ -64,7 +65,7 @@ def collections_command(db: DbOpt = None, state: StateOpt = None, as_json: JsonO
     rows = []
     for i in infos:
         srcs = ", ".join(f"{n} {s}" for s, n in sorted(i.sources.items())) or "-"
-        for n, r in enumerate(i.roots or [{"root": "-", "started": None, "status": ""}]):
+        for n, r in enumerate(i.roots or [RunRow(root="-", started=None, finished=None, status="")]):
             run = f"{_when(r['started'])} {r['status'] or ''}".strip()
             first = [i.name, str(i.chunks), srcs] if n == 0 else ["", "", ""]
             rows.append([*first, run, r["root"]])
