@@ -7,6 +7,7 @@ weights are BM25's saturated term frequencies; the store multiplies them by IDF 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import zlib
@@ -95,11 +96,10 @@ STOPWORDS = frozenset(
 def terms(text: str) -> list[str]:
     """The lexical terms of a text, in order, stop words dropped."""
     out: list[str] = []
-    for m in _TOKEN.finditer(text.lower()):
-        word = m.group()
+    for word in _TOKEN.findall(text.lower()):
         if word not in STOPWORDS:
             out.append(word)
-        if _SPLIT.search(word):
+        if "-" in word or "." in word or "/" in word or "'" in word:  # _SPLIT's characters, without a regex call
             out += [p for p in _SPLIT.split(word) if p and p not in STOPWORDS]
     return out
 
@@ -111,13 +111,14 @@ class SparseVector(TypedDict):
     values: list[float]
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a vocabulary's common terms; bounded, so a long run does not grow it
 def term_id(term: str) -> int:
     return zlib.crc32(term.encode()) & 0x7FFFFFFF
 
 
 def doc_vector(text: str) -> SparseVector:
     """BM25 term-frequency weights of a document, as a sparse vector {indices, values}."""
-    counts = Counter(term_id(t) for t in terms(text))
+    counts = Counter(map(term_id, terms(text)))
     norm = K1 * (1 - B + B * sum(counts.values()) / AVG_LEN)
     items = sorted(counts.items())
     return {"indices": [i for i, _ in items], "values": [tf * (K1 + 1) / (tf + norm) for _, tf in items]}
