@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypedDict, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from engine.client.chunks import in_chunks, merge_scores
 from engine.client.retry import NO_RETRY, RetryPolicy, with_retries
-from engine.tasks.extract import build_extract_body
-from engine.tasks.requests import build_encode_body, build_score_body
+from engine.tasks.extract import ExtractBody, build_extract_body
+from engine.tasks.requests import EncodeBody, ItemInput, Options, ScoreBody, build_encode_body, build_score_body
+from engine.tasks.results import EncodedItem, ExtractedItem, JSONObject, Values
+from engine.tasks.results import EncodeResult as EncodeAnswer
+from engine.tasks.results import ExtractResult as ExtractAnswer
+from engine.tasks.results import ScoreResult as ScoreAnswer
 
 if TYPE_CHECKING:
     from engine.model.tokenizer import TextTokenizer
@@ -32,24 +36,42 @@ WIRE_DTYPES: dict[str, type[np.generic]] = {
     "binary": np.uint8,
     "ubinary": np.uint8,
 }
-Item = str | dict[str, Any]  # a text, or {"id", "text", "metadata"}
-EncodeResult = dict[str, Any]  # {"id"?, "dense": ndarray, "sparse": {"indices", "values"}, "multivector": ndarray}
-ScoreResult = dict[str, Any]  # {"model", "query_id"?, "scores": [{"item_id", "score", "rank"}], "timing"}
-ExtractResult = dict[str, Any]  # {"id", "entities": [{text, label, score, start, end}], "classifications", "data"}
+Item = ItemInput  # a text, or {"id", "text", "metadata"}
+Array = npt.NDArray[np.generic]
 
 
-def _array(values: Any, dtype: str) -> npt.NDArray[Any]:
+class SparseArrays(TypedDict):
+    """One text's vocabulary weights as arrays: the non-zero ids and their weights."""
+
+    indices: npt.NDArray[np.int64]
+    values: Array
+
+
+class EncodeResult(TypedDict, total=False):
+    """One item's encode result for SDK callers: the outputs asked for, as numpy arrays."""
+
+    id: str  # the caller's id, when it gave one
+    dense: Array  # [dims] (packed bits for binary dtypes)
+    sparse: SparseArrays
+    multivector: Array  # [num_tokens, token_dims]
+
+
+ScoreResult = ScoreAnswer  # {model, query_id?, scores: [{item_id, score, rank}], usage, timing}, best first
+ExtractResult = ExtractedItem  # one item's {id, entities, classifications, data}
+
+
+def _array(values: Values, dtype: str) -> Array:
     """A wire array as numpy: msgpack already gives arrays; JSON gives lists, typed by the wire dtype."""
     return np.asarray(values, dtype=WIRE_DTYPES.get(dtype, np.float32))
 
 
-def to_encode_results(items: list[dict[str, Any]]) -> list[EncodeResult]:
+def to_encode_results(items: list[EncodedItem]) -> list[EncodeResult]:
     """Wire items ({dense: {dims, dtype, values}}...) -> {id?, dense: ndarray, sparse: {...}, multivector}."""
     out = []
     for item in items:
         result: EncodeResult = {}
-        if item.get("id") is not None:
-            result["id"] = item["id"]
+        if (item_id := item.get("id")) is not None:
+            result["id"] = item_id
         if (dense := item.get("dense")) is not None:
             result["dense"] = _array(dense["values"], dense["dtype"])
         if (sparse := item.get("sparse")) is not None:
@@ -76,16 +98,16 @@ class ModelCalls(ABC):
         return self
 
     @abstractmethod
-    async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
-        """Encode a wire body; returns the wire result {model, items, timing}."""
+    async def encode_body(self, model: str, body: EncodeBody) -> EncodeAnswer:
+        """Encode a wire body; returns the wire result {model, items, usage, timing}."""
 
     @abstractmethod
-    async def score_body(self, model: str, body: Any) -> dict[str, Any]:
-        """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
+    async def score_body(self, model: str, body: ScoreBody) -> ScoreAnswer:
+        """Score a wire body; returns the wire result {model, query_id?, scores, usage, timing}."""
 
     @abstractmethod
-    async def extract_body(self, model: str, body: Any) -> dict[str, Any]:
-        """Extract from a wire body; returns the wire result {model, items, timing}."""
+    async def extract_body(self, model: str, body: ExtractBody) -> ExtractAnswer:
+        """Extract from a wire body; returns the wire result {model, items, usage, timing}."""
 
     @abstractmethod
     async def models(self) -> list[dict[str, Any]]:
@@ -118,7 +140,7 @@ class ModelCalls(ABC):
         instruction: str | None = None,
         output_dtype: str | None = None,
         is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> EncodeResult: ...
 
     @overload
@@ -131,7 +153,7 @@ class ModelCalls(ABC):
         instruction: str | None = None,
         output_dtype: str | None = None,
         is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> list[EncodeResult]: ...
 
     async def encode(
@@ -143,7 +165,7 @@ class ModelCalls(ABC):
         instruction: str | None = None,
         output_dtype: str | None = None,
         is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> EncodeResult | list[EncodeResult]:
         """Encode one item (returns one result) or a list (returns a list of results, in order)."""
         batch = items if isinstance(items, list) else [items]
@@ -170,7 +192,7 @@ class ModelCalls(ABC):
         items: list[Item],
         *,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> ScoreResult:
         """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
         cap = await self.item_cap()
@@ -196,7 +218,7 @@ class ModelCalls(ABC):
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> ExtractResult: ...
 
     @overload
@@ -207,7 +229,7 @@ class ModelCalls(ABC):
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> list[ExtractResult]: ...
 
     async def extract(
@@ -217,7 +239,7 @@ class ModelCalls(ABC):
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> ExtractResult | list[ExtractResult]:
         """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
         batch = items if isinstance(items, list) else [items]
@@ -229,14 +251,12 @@ class ModelCalls(ABC):
 
         async def run(start: int, stop: int) -> list[ExtractResult]:
             body = build_extract_body(batch[start:stop], labels=labels, instruction=instruction, options=options)
-            found: list[ExtractResult] = (await with_retries(self.retry, lambda: self.extract_body(model, body)))[
-                "items"
-            ]
-            return found
+            answer = await with_retries(self.retry, lambda: self.extract_body(model, body))
+            return answer["items"]
 
         results = await in_chunks(len(batch), cap, self.stream_window, run)
         return results if isinstance(items, list) else results[0]
 
 
-def _named(item: Item, index: int) -> dict[str, Any]:
+def _named(item: Item, index: int) -> JSONObject:
     return {**({"text": item} if isinstance(item, str) else item), "id": f"item-{index}"}
