@@ -66,7 +66,7 @@ def weights_of(weights: WeightsStatus, scrub: Scrub) -> JSONObject:
     return {"available": weights.available, "source": weights.source, "location": location, "tried": tried}
 
 
-@router.get("/v1/status")
+@router.get("/v1/status", response_model=None)  # the annotation types the body; FastAPI need not re-validate it
 async def status(request: Request) -> JSONObject:
     """Health, models (tier, weights), residency budgets, queue and throughput of this process."""
     engine = engine_of(request)

@@ -213,7 +213,7 @@ async def tokenize(request: Request) -> Response:
     return JSONResponse(out)
 
 
-@router.get("/info")
+@router.get("/info", response_model=None)  # the annotation types the body; FastAPI need not re-validate it
 async def info(request: Request) -> JSONObject:
     """TEI's /info for the default model, with this server's limits (clients read max_client_batch_size)."""
     engine = engine_of(request)
