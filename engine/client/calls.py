@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, TypedDict, overload
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +38,7 @@ WIRE_DTYPES: dict[str, type[np.generic]] = {
     "ubinary": np.uint8,
 }
 Item = ItemInput  # a text, or {"id", "text", "metadata"}
+ItemT = TypeVar("ItemT", bound=Item)  # a list of items may be of any kind of Item (list[str], list[dict[...]])
 Array = npt.NDArray[np.generic]
 
 
@@ -147,7 +149,7 @@ class ModelCalls(ABC):
     async def encode(
         self,
         model: str,
-        items: list[Item],
+        items: list[ItemT],
         *,
         output_types: list[str] | None = None,
         instruction: str | None = None,
@@ -159,7 +161,7 @@ class ModelCalls(ABC):
     async def encode(
         self,
         model: str,
-        items: Item | list[Item],
+        items: Item | list[ItemT],
         *,
         output_types: list[str] | None = None,
         instruction: str | None = None,
@@ -189,7 +191,7 @@ class ModelCalls(ABC):
         self,
         model: str,
         query: Item,
-        items: list[Item],
+        items: Sequence[Item],
         *,
         instruction: str | None = None,
         options: Options | None = None,
@@ -200,9 +202,7 @@ class ModelCalls(ABC):
             whole = build_score_body(query, items, instruction=instruction, options=options)
             return await with_retries(self.retry, lambda: self.score_body(model, whole))
         # every item keeps the id the server would give it ("item-<index>"), whichever chunk it lands in
-        named: list[Item] = [
-            it if isinstance(it, dict) and it.get("id") is not None else _named(it, i) for i, it in enumerate(items)
-        ]
+        named: list[Item] = [it if _has_id(it) else _named(it, i) for i, it in enumerate(items)]
 
         async def run(start: int, stop: int) -> list[ScoreResult]:
             body = build_score_body(query, named[start:stop], instruction=instruction, options=options)
@@ -225,7 +225,7 @@ class ModelCalls(ABC):
     async def extract(
         self,
         model: str,
-        items: list[Item],
+        items: list[ItemT],
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
@@ -235,19 +235,17 @@ class ModelCalls(ABC):
     async def extract(
         self,
         model: str,
-        items: Item | list[Item],
+        items: Item | list[ItemT],
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
         options: Options | None = None,
     ) -> ExtractResult | list[ExtractResult]:
         """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
-        batch = items if isinstance(items, list) else [items]
+        batch: Sequence[Item] = items if isinstance(items, list) else [items]
         cap = await self.item_cap()
         if len(batch) > cap:  # ids as the server would give them ("item-<index>"), whichever chunk
-            batch = [
-                it if isinstance(it, dict) and it.get("id") is not None else _named(it, i) for i, it in enumerate(batch)
-            ]
+            batch = [it if _has_id(it) else _named(it, i) for i, it in enumerate(batch)]
 
         async def run(start: int, stop: int) -> list[ExtractResult]:
             body = build_extract_body(batch[start:stop], labels=labels, instruction=instruction, options=options)
@@ -256,6 +254,10 @@ class ModelCalls(ABC):
 
         results = await in_chunks(len(batch), cap, self.stream_window, run)
         return results if isinstance(items, list) else results[0]
+
+
+def _has_id(item: Item) -> bool:
+    return not isinstance(item, str) and item.get("id") is not None
 
 
 def _named(item: Item, index: int) -> JSONObject:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from engine.client.calls import EncodeResult, ExtractResult, Item, ModelCalls, ScoreResult
+from engine.client.calls import EncodeResult, ExtractResult, Item, ItemT, ModelCalls, ScoreResult
 from engine.client.http import AsyncClient
 from engine.client.retry import RetryPolicy
 from engine.errors import ShoalError
@@ -108,7 +108,7 @@ class SyncFacade(Generic[C]):
     def encode(
         self,
         model: str,
-        items: list[Item],
+        items: list[ItemT],
         *,
         output_types: list[str] | None = None,
         instruction: str | None = None,
@@ -120,7 +120,7 @@ class SyncFacade(Generic[C]):
     def encode(
         self,
         model: str,
-        items: Item | list[Item],
+        items: Item | list[ItemT],
         *,
         output_types: list[str] | None = None,
         instruction: str | None = None,
@@ -144,7 +144,7 @@ class SyncFacade(Generic[C]):
         self,
         model: str,
         query: Item,
-        items: list[Item],
+        items: Sequence[Item],
         *,
         instruction: str | None = None,
         options: Options | None = None,
@@ -167,7 +167,7 @@ class SyncFacade(Generic[C]):
     def extract(
         self,
         model: str,
-        items: list[Item],
+        items: list[ItemT],
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
@@ -177,7 +177,7 @@ class SyncFacade(Generic[C]):
     def extract(
         self,
         model: str,
-        items: Item | list[Item],
+        items: Item | list[ItemT],
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
