@@ -8,11 +8,11 @@ import logging
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from engine.aio import cancel_and_wait
-from engine.catalogue.cards import ModelCard
-from engine.catalogue.catalogue import Catalogue, check_task, model_info
+from engine.catalogue.cards import ModelCard, TaskKind
+from engine.catalogue.catalogue import Catalogue, check_serves, model_info
 from engine.catalogue.folders import FolderPolicy
 from engine.catalogue.weights import weights_status
 from engine.client.calls import ModelCalls
@@ -28,17 +28,19 @@ from engine.model.threads import apply_threads
 from engine.model.tokenizer import TextTokenizer, tokenizer_for
 from engine.queue.admission import Admission
 from engine.queue.local import InProcessQueue
-from engine.queue.protocol import Result, WorkQueue
+from engine.queue.protocol import WorkQueue
 from engine.residency.autotune import Tuner
 from engine.residency.manager import ResidencyManager
 from engine.residency.store import device_kind, precision_summary
 from engine.tasks.annotate import encode_task, score_task
 from engine.tasks.extract import ExtractRequest, extract_task, parse_extract
 from engine.tasks.requests import EncodeRequest, ScoreRequest, parse_encode, parse_score
+from engine.tasks.results import EncodeResult, ExtractResult, Result, ScoreResult
 from engine.tasks.task import Task
 from engine.worker.loop import Worker
 
 log = logging.getLogger("shoal.engine")
+NativeRequest = EncodeRequest | ScoreRequest | ExtractRequest  # what every dialect's edge translates into
 
 
 class AsyncEngine(ModelCalls):
@@ -124,21 +126,39 @@ class AsyncEngine(ModelCalls):
     def card(self, model: str) -> ModelCard:
         return self.catalogue.get(model)
 
-    def annotate_encode(self, model: str, body: Any, tenant: str | None = None) -> Task:
+    def serving(self, model: str, task: TaskKind) -> ModelCard:
+        """The card of a model that serves `task`: 404 for an unknown model, 400 for one that does not serve
+        the task; every task's entry checks this first, before its body is read."""
+        card = self.card(model)
+        check_serves(card, task)
+        return card
+
+    def annotate(self, model: str, req: NativeRequest, tenant: str | None = None) -> Task:
+        """A native request as a typed task, every default resolved against the card of a model serving it."""
+        if isinstance(req, EncodeRequest):
+            return encode_task(self.serving(model, "encode"), req, self.settings, tenant)
+        if isinstance(req, ScoreRequest):
+            return score_task(self.serving(model, "score"), req, self.settings, tenant)
+        return extract_task(self.serving(model, "extract"), req, self.settings, tenant)
+
+    def read_encode(self, model: str, body: object) -> EncodeRequest:
+        """An encode wire body validated as the native request (the model checked first)."""
+        self.serving(model, "encode")
+        return parse_encode(body, self.settings.max_items)
+
+    def read_score(self, model: str, body: object) -> ScoreRequest:
+        """A score wire body validated as the native request (the model checked first)."""
+        self.serving(model, "score")
+        return parse_score(body, self.settings.max_items)
+
+    def read_extract(self, model: str, body: object) -> ExtractRequest:
+        """An extract wire body validated as the native request (the model checked first)."""
+        self.serving(model, "extract")
+        return parse_extract(body, self.settings.max_items)
+
+    def annotate_encode(self, model: str, body: object, tenant: str | None = None) -> Task:
         """Validate an encode body cheaply (no tokenising) and make it a typed task, defaults resolved."""
-        card = self.card(model)
-        check_task(card, "encode")
-        return encode_task(card, parse_encode(body, self.settings.max_items), self.settings, tenant)
-
-    def annotate_score(self, model: str, body: Any, tenant: str | None = None) -> Task:
-        """Validate a score body cheaply and make it a typed task (the candidates are its items)."""
-        card = self.card(model)
-        check_task(card, "score")
-        return score_task(card, parse_score(body, self.settings.max_items), self.settings, tenant)
-
-    def annotate_extract(self, model: str, body: Any, tenant: str | None = None) -> Task:
-        """Validate an extract body cheaply and make it a typed task (mode, labels, thresholds resolved)."""
-        return extract_task(self.card(model), parse_extract(body, self.settings.max_items), self.settings, tenant)
+        return self.annotate(model, self.read_encode(model, body), tenant)
 
     def control_admission(self) -> None:
         """Bound the requests in flight per model (SHOAL_ADMISSION_WAIT_S); the HTTP app calls this, so
@@ -165,36 +185,36 @@ class AsyncEngine(ModelCalls):
             if admission is not None:
                 admission.leave(task.model)
         result.setdefault("timing", {})["total_ms"] = (time.perf_counter() - started) * 1000
-        return {"model": task.model, **result}
+        result["model"] = task.model
+        return result
 
-    # -- typed requests (the HTTP adapters build these) --------------------------------------------
+    # -- the one entry of every task: each dialect's edge builds the native request, then calls run ---------
 
-    async def encode_request(self, model: str, req: EncodeRequest) -> Result:
-        card = self.card(model)
-        check_task(card, "encode")
-        return await self.submit(encode_task(card, req, self.settings))
+    @overload
+    async def run(self, model: str, req: EncodeRequest, tenant: str | None = None) -> EncodeResult: ...
+    @overload
+    async def run(self, model: str, req: ScoreRequest, tenant: str | None = None) -> ScoreResult: ...
+    @overload
+    async def run(self, model: str, req: ExtractRequest, tenant: str | None = None) -> ExtractResult: ...
 
-    async def score_request(self, model: str, req: ScoreRequest) -> Result:
-        card = self.card(model)
-        check_task(card, "score")
-        return await self.submit(score_task(card, req, self.settings))
+    async def run(self, model: str, req: NativeRequest, tenant: str | None = None) -> Result:
+        """Check the model serves the request's task, make the task and wait for its result (the worker answers
+        a task with its kind's result: engine.worker.dispatch)."""
+        return await self.submit(self.annotate(model, req, tenant))
 
-    async def extract_request(self, model: str, req: ExtractRequest) -> Result:
-        return await self.submit(extract_task(self.card(model), req, self.settings))
+    # -- SDK surface: wire bodies, validated as the native request ----------------------------------------
 
-    # -- SDK surface -------------------------------------------------------------------------------
+    async def encode_body(self, model: str, body: object) -> EncodeResult:
+        """Encode a wire body; returns the wire result {model, items, usage, timing}."""
+        return await self.run(model, self.read_encode(model, body))
 
-    async def encode_body(self, model: str, body: Any) -> Result:
-        """Encode a wire body; returns the wire result {model, items, timing}."""
-        return await self.submit(self.annotate_encode(model, body))
+    async def score_body(self, model: str, body: object) -> ScoreResult:
+        """Score a wire body; returns the wire result {model, query_id?, scores, usage, timing}."""
+        return await self.run(model, self.read_score(model, body))
 
-    async def score_body(self, model: str, body: Any) -> Result:
-        """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
-        return await self.submit(self.annotate_score(model, body))
-
-    async def extract_body(self, model: str, body: Any) -> Result:
-        """Extract from a wire body; returns the wire result {model, items, timing}."""
-        return await self.submit(self.annotate_extract(model, body))
+    async def extract_body(self, model: str, body: object) -> ExtractResult:
+        """Extract from a wire body; returns the wire result {model, items, usage, timing}."""
+        return await self.run(model, self.read_extract(model, body))
 
     async def tokenizer(self, model: str) -> TextTokenizer:
         """The model's tokenizer, for the few routes that tokenize at the edge (TEI /tokenize, token ids)."""
@@ -247,10 +267,10 @@ class Engine(SyncFacade[AsyncEngine]):
     def core(self) -> AsyncEngine:
         return self._core
 
-    def encode_body(self, model: str, body: Any) -> Result:
+    def encode_body(self, model: str, body: object) -> EncodeResult:
         """Encode a wire body; returns the wire result {model, items, timing}."""
         return self._run(self._core.encode_body(model, body))
 
-    def extract_body(self, model: str, body: Any) -> Result:
+    def extract_body(self, model: str, body: object) -> ExtractResult:
         """Extract from a wire body; returns the wire result {model, items, timing}."""
         return self._run(self._core.extract_body(model, body))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import msgpack
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from engine.errors import InvalidInput, PayloadTooLarge
@@ -16,8 +18,34 @@ JSON = "application/json"
 _MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 _NUMERIC_KINDS = "biuf"
 
+MapKey = str | int | float | bool | bytes | None  # msgpack maps may have any scalar key (JSON: strings)
+# a decoded body, not yet validated: JSON's values, and msgpack's bytes and numpy arrays
+Decoded = (
+    None
+    | bool
+    | int
+    | float
+    | str
+    | bytes
+    | npt.NDArray[np.generic]
+    | np.generic
+    | list["Decoded"]
+    | dict[MapKey, "Decoded"]
+)
+DecodedMap = dict[MapKey, Decoded]  # a decoded body that is a map, its fields not yet validated
 
-def _encode_numpy(obj: Any) -> Any:
+
+def as_map(body: Decoded, message: str) -> DecodedMap:
+    """The body as a map, or INVALID_INPUT with `message` (what the route wants the body to be)."""
+    if not isinstance(body, dict):
+        raise InvalidInput(message)
+    return body
+
+
+Scalar = int | float | bool | complex | str | bytes  # what a numpy scalar's item() gives
+
+
+def _encode_numpy(obj: object) -> dict[bytes, object] | Scalar:
     if isinstance(obj, np.ndarray):
         arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)  # (keeps a 0-d array 0-d)
         return {
@@ -28,34 +56,38 @@ def _encode_numpy(obj: Any) -> Any:
             b"data": arr.data.cast("B") if arr.size else b"",  # zero-copy: msgpack reads the buffer
         }
     if isinstance(obj, np.generic):
-        return obj.item()
+        item: Scalar = obj.item()
+        return item
     raise TypeError(f"cannot serialise {type(obj).__name__}")
 
 
-def _decode_numpy(obj: dict[Any, Any]) -> Any:
+def _decode_numpy(obj: dict[MapKey, Decoded]) -> Decoded:
     if b"nd" not in obj and "nd" not in obj:
         return obj
 
-    def get(key: str) -> Any:  # keys may be bytes or str
+    def get(key: str) -> Decoded:  # keys may be bytes or str
         return obj.get(key.encode(), obj.get(key))
 
-    dtype = np.dtype(get("type"))
+    kind, data, shape = get("type"), get("data"), get("shape")
+    if not isinstance(kind, str | bytes) or not isinstance(data, bytes) or not isinstance(shape, list | None):
+        raise InvalidInput("a numpy array in the msgpack body needs 'type', 'data' and 'shape'")
+    dtype = np.dtype(kind.decode() if isinstance(kind, bytes) else kind)
     if dtype.kind not in _NUMERIC_KINDS or get("kind") not in (b"", ""):
         raise InvalidInput("only numeric numpy arrays are accepted in msgpack bodies")
-    data = get("data")
     if not get("nd"):
         return np.frombuffer(data, dtype=dtype, count=1)[0]
-    return np.frombuffer(data, dtype=dtype).reshape(get("shape"))
+    dims = [d for d in shape or () if isinstance(d, int)]
+    return np.frombuffer(data, dtype=dtype).reshape(dims)
 
 
-def packb(obj: Any) -> bytes:
+def packb(obj: object) -> bytes:
     return msgpack.packb(obj, default=_encode_numpy, use_bin_type=True)
 
 
-def unpackb(data: bytes, max_len: int = -1) -> Any:
+def unpackb(data: bytes, max_len: int = -1) -> Decoded:
     """msgpack to Python; with `max_len`, a longer array or map fails at its header (ValueError), before
     any of its entries is built."""
-    return msgpack.unpackb(
+    decoded: Decoded = msgpack.unpackb(  # msgpack is untyped: what it builds is a Decoded
         data,
         object_hook=_decode_numpy,
         raw=False,
@@ -63,6 +95,7 @@ def unpackb(data: bytes, max_len: int = -1) -> Any:
         max_array_len=max_len,
         max_map_len=max_len,
     )
+    return decoded
 
 
 class BodyLimits(NamedTuple):
@@ -72,17 +105,16 @@ class BodyLimits(NamedTuple):
     length: int
 
 
-def check_shape(obj: Any, limits: BodyLimits) -> None:
+def check_shape(obj: Decoded, limits: BodyLimits) -> None:
     """400 for nesting deeper than `limits.depth`, 413 for a list or map longer than `limits.length`; one
     pass, level by level, that checks a container's length before visiting its entries."""
     level, depth = [obj], 0
     while level:
-        containers: list[Any] = []
+        containers: list[Decoded] = []
         for node in level:
-            kind = type(node)
-            if kind is dict:
-                entries: Any = node.values()
-            elif kind is list:
+            if type(node) is dict:
+                entries: Iterable[Decoded] = node.values()
+            elif type(node) is list:
                 entries = node
             else:
                 continue
@@ -98,15 +130,17 @@ def check_shape(obj: Any, limits: BodyLimits) -> None:
         level = containers
 
 
-def _jsonable(obj: Any) -> Any:
+def _jsonable(obj: object) -> list[object] | Scalar:
     if isinstance(obj, np.ndarray):
-        return obj.tolist()
+        values: list[object] = obj.tolist()
+        return values
     if isinstance(obj, np.generic):
-        return obj.item()
+        item: Scalar = obj.item()
+        return item
     raise TypeError(f"cannot serialise {type(obj).__name__}")
 
 
-def _widened(obj: Any) -> Any:
+def _widened(obj: object) -> object:
     """`obj` with float arrays and scalars as float64, so that orjson writes each float as Python's json does
     (the shortest text that reads back as the same float64: a float32 0.1 stays 0.10000000149011612)."""
     if isinstance(obj, dict):
@@ -120,7 +154,7 @@ def _widened(obj: Any) -> Any:
     return obj
 
 
-def dumps_json(obj: Any) -> bytes:
+def dumps_json(obj: object) -> bytes:
     """Compact JSON. orjson writes a 384-d vector about 25x faster than the standard library, which keeps the
     event loop free under load; what orjson refuses (integers past 64 bits, keys that are not strings) is
     written by the standard library, with the same text."""
@@ -139,15 +173,16 @@ def is_json(content_type: str | None) -> bool:
     return base == JSON or base.endswith("+json")
 
 
-def _not_json_constant(name: str) -> Any:
+def _not_json_constant(name: str) -> float:
     raise InvalidInput(f"{name} is not a JSON number; send a finite number")
 
 
-def loads_json(data: bytes | str) -> Any:
+def loads_json(data: bytes | str) -> Decoded:
     """JSON to Python, every failure an InvalidInput in the caller's terms: where the syntax broke, bytes that
     are not UTF-8, integers past Python's 4,300-digit limit, and NaN or Infinity (not JSON)."""
     try:
-        return json.loads(data, parse_constant=_not_json_constant)
+        decoded: Decoded = json.loads(data, parse_constant=_not_json_constant)  # json is untyped: JSON values
+        return decoded
     except RecursionError:
         raise InvalidInput("the JSON body nests too deeply") from None
     except json.JSONDecodeError as e:
@@ -172,7 +207,7 @@ def _msgpack_reason(e: Exception) -> str:
     return text if text and len(text) < 200 else "it is truncated or malformed"
 
 
-def decode_body(data: bytes, content_type: str | None, limits: BodyLimits | None = None) -> Any:
+def decode_body(data: bytes, content_type: str | None, limits: BodyLimits | None = None) -> Decoded:
     """Parse a request body by its Content-Type (msgpack when none is given); with `limits`, its shape is
     bounded too (msgpack refuses an over-long list at its header, JSON once parsed)."""
     if not content_type or is_msgpack(content_type):
@@ -209,5 +244,5 @@ def response_type(accept: str | None, request_type: str | None) -> str:
     return MSGPACK
 
 
-def encode_response(obj: Any, media_type: str) -> bytes:
+def encode_response(obj: object, media_type: str) -> bytes:
     return packb(obj) if media_type == MSGPACK else dumps_json(obj)

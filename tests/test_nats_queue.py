@@ -102,6 +102,41 @@ def test_task_round_trips_through_the_nats_wire(tiny_bert: Path) -> None:
     assert back == score and isinstance(back.params, ScoreParams) and back.kind == "score"
 
 
+def test_answers_decode_to_the_typed_result_and_error_the_worker_packed() -> None:
+    """A worker's answer (msgpack, arrays in it) decodes on the gateway to the same result dict, numpy arrays
+    and all; an error answer gives back the typed error with its retry hint; a work message its Task."""
+    from engine.queue.nats.messages import Answer, answer_error, error_answer, pack_work, read_answer, read_work
+    from engine.tasks.results import EncodeResult
+    from engine.wire import packb
+
+    values = np.arange(4, dtype=np.float32)
+    result: EncodeResult = {
+        "items": [{"id": "a", "dense": {"dims": 4, "dtype": "float32", "values": values}}],
+        "usage": {"input_tokens": 3},
+        "timing": {"queue_ms": 1.5, "inference_ms": 2.0},
+    }
+    answer = read_answer(packb(Answer(id="t1", result=result)))
+    assert answer["id"] == "t1" and "error" not in answer
+    got = answer["result"]
+    assert isinstance(got, dict) and set(got) == set(result) and got["usage"] == result["usage"]
+    assert got["timing"] == result["timing"]
+    [item] = got["items"]
+    assert item["id"] == "a" and item["dense"]["dims"] == 4 and item["dense"]["dtype"] == "float32"
+    dense = item["dense"]["values"]
+    assert isinstance(dense, np.ndarray) and dense.dtype == np.float32 and np.array_equal(dense, values)
+
+    failed = read_answer(packb(Answer(id="t2", error=error_answer(QueueFull("busy", retry_after=2.0)))))
+    err = answer_error(failed["error"])
+    assert isinstance(err, QueueFull) and err.message == "busy" and err.retry_after == 2.0
+    assert "result" not in failed
+
+    task = Task(model="m", items=[TaskItem(text="x")], params=EncodeParams(), est_tokens=1, deadline=time.time())
+    work = read_work(pack_work(task, "inbox.t3"))
+    assert work["task"] == task and work["reply"] == "inbox.t3"
+    with pytest.raises(InternalError):
+        read_work(packb({"task": task.to_wire()}))  # no reply inbox: never a half-message
+
+
 async def test_allow_list_and_locality(nats_url: str) -> None:
     gw = await NatsQueue.connect(EngineSettings(queue_url=nats_url), gateway=True, worker=False)
     only_a = await NatsQueue.connect(

@@ -125,6 +125,15 @@ def check_extract(card: ModelCard) -> ExtractMode:
     return mode
 
 
+def check_serves(card: ModelCard, task: TaskKind) -> None:
+    """400 for a model that does not serve `task`, the one check every task's entry makes: encode and score as
+    the card lists them; extract by any of its modes (GLiNER, NLI, or classes by embedding similarity)."""
+    if task == "extract":
+        check_extract(card)
+    else:
+        check_task(card, task)
+
+
 def model_info(card: ModelCard, loaded: bool) -> dict[str, Any]:
     """What /v1/models and `shoal models` show for one card."""
     dims: dict[str, int] = {}

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, overload
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from engine.client.chunks import in_chunks, merge_scores
 from engine.client.retry import NO_RETRY, RetryPolicy, with_retries
-from engine.tasks.extract import build_extract_body
-from engine.tasks.requests import build_encode_body, build_score_body
+from engine.tasks.extract import ExtractBody, build_extract_body
+from engine.tasks.requests import EncodeBody, ItemInput, Options, ScoreBody, build_encode_body, build_score_body
+from engine.tasks.results import EncodedItem, ExtractedItem, JSONObject, Values
+from engine.tasks.results import EncodeResult as EncodeAnswer
+from engine.tasks.results import ExtractResult as ExtractAnswer
+from engine.tasks.results import ScoreResult as ScoreAnswer
 
 if TYPE_CHECKING:
     from engine.model.tokenizer import TextTokenizer
@@ -32,24 +37,43 @@ WIRE_DTYPES: dict[str, type[np.generic]] = {
     "binary": np.uint8,
     "ubinary": np.uint8,
 }
-Item = str | dict[str, Any]  # a text, or {"id", "text", "metadata"}
-EncodeResult = dict[str, Any]  # {"id"?, "dense": ndarray, "sparse": {"indices", "values"}, "multivector": ndarray}
-ScoreResult = dict[str, Any]  # {"model", "query_id"?, "scores": [{"item_id", "score", "rank"}], "timing"}
-ExtractResult = dict[str, Any]  # {"id", "entities": [{text, label, score, start, end}], "classifications", "data"}
+Item = ItemInput  # a text, or {"id", "text", "metadata"}
+ItemT = TypeVar("ItemT", bound=Item)  # a list of items may be of any kind of Item (list[str], list[dict[...]])
+Array = npt.NDArray[np.generic]
 
 
-def _array(values: Any, dtype: str) -> npt.NDArray[Any]:
+class SparseArrays(TypedDict):
+    """One text's vocabulary weights as arrays: the non-zero ids and their weights."""
+
+    indices: npt.NDArray[np.int64]
+    values: Array
+
+
+class EncodeResult(TypedDict, total=False):
+    """One item's encode result for SDK callers: the outputs asked for, as numpy arrays."""
+
+    id: str  # the caller's id, when it gave one
+    dense: Array  # [dims] (packed bits for binary dtypes)
+    sparse: SparseArrays
+    multivector: Array  # [num_tokens, token_dims]
+
+
+ScoreResult = ScoreAnswer  # {model, query_id?, scores: [{item_id, score, rank}], usage, timing}, best first
+ExtractResult = ExtractedItem  # one item's {id, entities, classifications, data}
+
+
+def _array(values: Values, dtype: str) -> Array:
     """A wire array as numpy: msgpack already gives arrays; JSON gives lists, typed by the wire dtype."""
     return np.asarray(values, dtype=WIRE_DTYPES.get(dtype, np.float32))
 
 
-def to_encode_results(items: list[dict[str, Any]]) -> list[EncodeResult]:
+def to_encode_results(items: list[EncodedItem]) -> list[EncodeResult]:
     """Wire items ({dense: {dims, dtype, values}}...) -> {id?, dense: ndarray, sparse: {...}, multivector}."""
     out = []
     for item in items:
         result: EncodeResult = {}
-        if item.get("id") is not None:
-            result["id"] = item["id"]
+        if (item_id := item.get("id")) is not None:
+            result["id"] = item_id
         if (dense := item.get("dense")) is not None:
             result["dense"] = _array(dense["values"], dense["dtype"])
         if (sparse := item.get("sparse")) is not None:
@@ -76,16 +100,16 @@ class ModelCalls(ABC):
         return self
 
     @abstractmethod
-    async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
-        """Encode a wire body; returns the wire result {model, items, timing}."""
+    async def encode_body(self, model: str, body: EncodeBody) -> EncodeAnswer:
+        """Encode a wire body; returns the wire result {model, items, usage, timing}."""
 
     @abstractmethod
-    async def score_body(self, model: str, body: Any) -> dict[str, Any]:
-        """Score a wire body; returns the wire result {model, query_id?, scores, timing}."""
+    async def score_body(self, model: str, body: ScoreBody) -> ScoreAnswer:
+        """Score a wire body; returns the wire result {model, query_id?, scores, usage, timing}."""
 
     @abstractmethod
-    async def extract_body(self, model: str, body: Any) -> dict[str, Any]:
-        """Extract from a wire body; returns the wire result {model, items, timing}."""
+    async def extract_body(self, model: str, body: ExtractBody) -> ExtractAnswer:
+        """Extract from a wire body; returns the wire result {model, items, usage, timing}."""
 
     @abstractmethod
     async def models(self) -> list[dict[str, Any]]:
@@ -118,32 +142,32 @@ class ModelCalls(ABC):
         instruction: str | None = None,
         output_dtype: str | None = None,
         is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> EncodeResult: ...
 
     @overload
     async def encode(
         self,
         model: str,
-        items: list[Item],
+        items: list[ItemT],
         *,
         output_types: list[str] | None = None,
         instruction: str | None = None,
         output_dtype: str | None = None,
         is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> list[EncodeResult]: ...
 
     async def encode(
         self,
         model: str,
-        items: Item | list[Item],
+        items: Item | list[ItemT],
         *,
         output_types: list[str] | None = None,
         instruction: str | None = None,
         output_dtype: str | None = None,
         is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> EncodeResult | list[EncodeResult]:
         """Encode one item (returns one result) or a list (returns a list of results, in order)."""
         batch = items if isinstance(items, list) else [items]
@@ -167,10 +191,10 @@ class ModelCalls(ABC):
         self,
         model: str,
         query: Item,
-        items: list[Item],
+        items: Sequence[Item],
         *,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> ScoreResult:
         """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
         cap = await self.item_cap()
@@ -178,9 +202,7 @@ class ModelCalls(ABC):
             whole = build_score_body(query, items, instruction=instruction, options=options)
             return await with_retries(self.retry, lambda: self.score_body(model, whole))
         # every item keeps the id the server would give it ("item-<index>"), whichever chunk it lands in
-        named: list[Item] = [
-            it if isinstance(it, dict) and it.get("id") is not None else _named(it, i) for i, it in enumerate(items)
-        ]
+        named: list[Item] = [it if _has_id(it) else _named(it, i) for i, it in enumerate(items)]
 
         async def run(start: int, stop: int) -> list[ScoreResult]:
             body = build_score_body(query, named[start:stop], instruction=instruction, options=options)
@@ -196,47 +218,47 @@ class ModelCalls(ABC):
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> ExtractResult: ...
 
     @overload
     async def extract(
         self,
         model: str,
-        items: list[Item],
+        items: list[ItemT],
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> list[ExtractResult]: ...
 
     async def extract(
         self,
         model: str,
-        items: Item | list[Item],
+        items: Item | list[ItemT],
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> ExtractResult | list[ExtractResult]:
         """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
-        batch = items if isinstance(items, list) else [items]
+        batch: Sequence[Item] = items if isinstance(items, list) else [items]
         cap = await self.item_cap()
         if len(batch) > cap:  # ids as the server would give them ("item-<index>"), whichever chunk
-            batch = [
-                it if isinstance(it, dict) and it.get("id") is not None else _named(it, i) for i, it in enumerate(batch)
-            ]
+            batch = [it if _has_id(it) else _named(it, i) for i, it in enumerate(batch)]
 
         async def run(start: int, stop: int) -> list[ExtractResult]:
             body = build_extract_body(batch[start:stop], labels=labels, instruction=instruction, options=options)
-            found: list[ExtractResult] = (await with_retries(self.retry, lambda: self.extract_body(model, body)))[
-                "items"
-            ]
-            return found
+            answer = await with_retries(self.retry, lambda: self.extract_body(model, body))
+            return answer["items"]
 
         results = await in_chunks(len(batch), cap, self.stream_window, run)
         return results if isinstance(items, list) else results[0]
 
 
-def _named(item: Item, index: int) -> dict[str, Any]:
+def _has_id(item: Item) -> bool:
+    return not isinstance(item, str) and item.get("id") is not None
+
+
+def _named(item: Item, index: int) -> JSONObject:
     return {**({"text": item} if isinstance(item, str) else item), "id": f"item-{index}"}

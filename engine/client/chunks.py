@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from engine.tasks.results import ScoreEntry, ScoreResult
 
 T = TypeVar("T")
 
@@ -39,14 +41,15 @@ async def in_chunks(n: int, size: int, window: int, run: Callable[[int, int], Aw
     return [x for part in parts for x in part]
 
 
-def merge_scores(parts: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_scores(parts: list[ScoreResult]) -> ScoreResult:
     """Score results of one query over chunks of its items -> one result, best first, ranked again."""
     scores = sorted((s for p in parts for s in p["scores"]), key=lambda s: -s["score"])
-    merged: dict[str, Any] = {"model": parts[0].get("model"), "scores": []}
-    merged["scores"] = [{**s, "rank": rank} for rank, s in enumerate(scores)]
+    ranked: list[ScoreEntry] = [{**s, "rank": rank} for rank, s in enumerate(scores)]
+    tokens = sum(int(p.get("usage", {}).get("input_tokens", 0)) for p in parts)  # another SIE server may not say
+    merged: ScoreResult = {"scores": ranked, "usage": {"input_tokens": tokens}}
+    if "model" in parts[0]:
+        merged["model"] = parts[0]["model"]
     if "query_id" in parts[0]:
         merged["query_id"] = parts[0]["query_id"]
-    tokens = sum(int(p.get("usage", {}).get("input_tokens", 0)) for p in parts)
-    merged["usage"] = {"input_tokens": tokens}
     merged["timing"] = {"total_ms": sum(float(p.get("timing", {}).get("total_ms", 0.0)) for p in parts)}
     return merged

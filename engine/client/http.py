@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
 from engine.client.calls import ModelCalls
 from engine.client.retry import RetryPolicy, retry_after_seconds
 from engine.errors import InternalError, ShoalError, Unreachable, error_from_code
-from engine.wire import JSON, MSGPACK, decode_body, dumps_json, packb
+from engine.tasks.extract import ExtractBody
+from engine.tasks.requests import EncodeBody, ScoreBody
+from engine.tasks.results import EncodeResult, ExtractResult, ScoreResult
+from engine.wire import JSON, MSGPACK, Decoded, decode_body, dumps_json, packb
 
 
 def raise_for_error(response: httpx.Response) -> None:
@@ -19,11 +22,14 @@ def raise_for_error(response: httpx.Response) -> None:
     retry = retry_after_seconds(response.headers.get("retry-after"))
     try:
         body = decode_body(response.content, response.headers.get("content-type"))
-        detail = body.get("detail") or body.get("error") or {}
-        code, message = detail.get("code", ""), detail.get("message", response.text)
-    except (ShoalError, AttributeError):
-        code, message = "", response.text
-    err = error_from_code(code, message, retry)
+    except ShoalError:
+        body = None
+    detail = (body.get("detail") or body.get("error")) if isinstance(body, dict) else None
+    code = detail.get("code") if isinstance(detail, dict) else None
+    message = detail.get("message") if isinstance(detail, dict) else None
+    err = error_from_code(
+        code if isinstance(code, str) else "", message if isinstance(message, str) else response.text, retry
+    )
     if isinstance(err, InternalError):
         err.status = response.status_code
     raise err
@@ -69,30 +75,33 @@ class AsyncClient(ModelCalls):
             self._cap = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else FALLBACK_ITEM_CAP
         return self._cap
 
-    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def _send(
+        self, method: str, path: str, headers: dict[str, str], content: bytes | None = None
+    ) -> httpx.Response:
         """One request; a server that does not answer is a typed Unreachable error (one line, no chain)."""
         try:
-            r = await self._http.request(method, path, **kwargs)
+            r = await self._http.request(method, path, content=content, headers=headers)
         except httpx.TransportError as e:
             why = str(e) or type(e).__name__
             raise Unreachable(f"cannot reach a shoal server at {self.url}: {why}") from None
         raise_for_error(r)
         return r
 
-    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+    async def _post(self, path: str, body: EncodeBody | ScoreBody | ExtractBody) -> Decoded:
         media = JSON if self._json else MSGPACK
         content = dumps_json(body) if self._json else packb(body)
         r = await self._send("POST", path, content=content, headers={"Content-Type": media, "Accept": media})
         return decode_body(r.content, r.headers.get("content-type"))
 
-    async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
-        return await self._post(f"/v1/encode/{model}", body)
+    # the server answers each with its native wire result (docs/API.md); decoding leaves it untyped
+    async def encode_body(self, model: str, body: EncodeBody) -> EncodeResult:
+        return cast(EncodeResult, await self._post(f"/v1/encode/{model}", body))
 
-    async def score_body(self, model: str, body: Any) -> dict[str, Any]:
-        return await self._post(f"/v1/score/{model}", body)
+    async def score_body(self, model: str, body: ScoreBody) -> ScoreResult:
+        return cast(ScoreResult, await self._post(f"/v1/score/{model}", body))
 
-    async def extract_body(self, model: str, body: Any) -> dict[str, Any]:
-        return await self._post(f"/v1/extract/{model}", body)
+    async def extract_body(self, model: str, body: ExtractBody) -> ExtractResult:
+        return cast(ExtractResult, await self._post(f"/v1/extract/{model}", body))
 
     async def models(self) -> list[dict[str, Any]]:
         r = await self._send("GET", "/v1/models", headers={"Accept": JSON})

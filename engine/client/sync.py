@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from engine.client.calls import EncodeResult, ExtractResult, Item, ModelCalls, ScoreResult
+from engine.client.calls import EncodeResult, ExtractResult, Item, ItemT, ModelCalls, ScoreResult
 from engine.client.http import AsyncClient
 from engine.client.retry import RetryPolicy
 from engine.errors import ShoalError
+from engine.tasks.extract import ExtractBody
+from engine.tasks.requests import EncodeBody, Options, ScoreBody
+from engine.tasks.results import EncodeResult as EncodeAnswer
+from engine.tasks.results import ExtractResult as ExtractAnswer
+from engine.tasks.results import ScoreResult as ScoreAnswer
 
 if TYPE_CHECKING:
     from engine.model.tokenizer import TextTokenizer
@@ -27,7 +32,7 @@ class LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="shoal-loop", daemon=True)
         self._thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, coro: Coroutine[object, None, T]) -> T:
         """The coroutine's result; a ShoalError is raised here with the loop thread's frames left out, so a
         script that does not catch it shows the caller's lines and the one-line message."""
         try:
@@ -49,16 +54,16 @@ class LoopBridge(ModelCalls):
         self._core, self._loop = core, loop
         self.retry, self.stream_window = core.retry, core.stream_window
 
-    async def _there(self, coro: Coroutine[Any, Any, T]) -> T:
+    async def _there(self, coro: Coroutine[object, None, T]) -> T:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop.loop))
 
-    async def encode_body(self, model: str, body: Any) -> dict[str, Any]:
+    async def encode_body(self, model: str, body: EncodeBody) -> EncodeAnswer:
         return await self._there(self._core.encode_body(model, body))
 
-    async def score_body(self, model: str, body: Any) -> dict[str, Any]:
+    async def score_body(self, model: str, body: ScoreBody) -> ScoreAnswer:
         return await self._there(self._core.score_body(model, body))
 
-    async def extract_body(self, model: str, body: Any) -> dict[str, Any]:
+    async def extract_body(self, model: str, body: ExtractBody) -> ExtractAnswer:
         return await self._there(self._core.extract_body(model, body))
 
     async def models(self) -> list[dict[str, Any]]:
@@ -78,12 +83,12 @@ class SyncFacade(Generic[C]):
     """Blocking encode / score / models over an async core (AsyncEngine or AsyncClient) made on the loop thread;
     `aio` is the same core for async callers (the pipeline, the agent tools) on any other event loop."""
 
-    def __init__(self, make: Callable[[], Coroutine[Any, Any, C]]) -> None:
+    def __init__(self, make: Callable[[], Coroutine[object, None, C]]) -> None:
         self._loop = LoopThread()
         self._core: C = self._loop.run(make())
         self.aio: ModelCalls = LoopBridge(self._core, self._loop)
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def _run(self, coro: Coroutine[object, None, T]) -> T:
         return self._loop.run(coro)
 
     @overload
@@ -96,48 +101,53 @@ class SyncFacade(Generic[C]):
         instruction: str | None = None,
         output_dtype: str | None = None,
         is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> EncodeResult: ...
 
     @overload
     def encode(
         self,
         model: str,
-        items: list[Item],
+        items: list[ItemT],
         *,
         output_types: list[str] | None = None,
         instruction: str | None = None,
         output_dtype: str | None = None,
         is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> list[EncodeResult]: ...
 
     def encode(
         self,
         model: str,
-        items: Item | list[Item],
+        items: Item | list[ItemT],
         *,
         output_types: list[str] | None = None,
         instruction: str | None = None,
         output_dtype: str | None = None,
         is_query: bool | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> EncodeResult | list[EncodeResult]:
         """Encode one item (returns one result) or a list (returns a list of results, in order)."""
-        kw: dict[str, Any] = {"output_types": output_types, "instruction": instruction, "output_dtype": output_dtype}
-        kw |= {"is_query": is_query, "options": options}
-        if isinstance(items, list):
-            return self._run(self._core.encode(model, items, **kw))
-        return self._run(self._core.encode(model, items, **kw))
+        call: Coroutine[object, None, EncodeResult | list[EncodeResult]] = self._core.encode(
+            model,
+            items,
+            output_types=output_types,
+            instruction=instruction,
+            output_dtype=output_dtype,
+            is_query=is_query,
+            options=options,
+        )
+        return self._run(call)
 
     def score(
         self,
         model: str,
         query: Item,
-        items: list[Item],
+        items: Sequence[Item],
         *,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> ScoreResult:
         """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
         return self._run(self._core.score(model, query, items, instruction=instruction, options=options))
@@ -150,34 +160,34 @@ class SyncFacade(Generic[C]):
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> ExtractResult: ...
 
     @overload
     def extract(
         self,
         model: str,
-        items: list[Item],
+        items: list[ItemT],
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> list[ExtractResult]: ...
 
     def extract(
         self,
         model: str,
-        items: Item | list[Item],
+        items: Item | list[ItemT],
         *,
         labels: list[str] | None = None,
         instruction: str | None = None,
-        options: dict[str, Any] | None = None,
+        options: Options | None = None,
     ) -> ExtractResult | list[ExtractResult]:
         """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
-        kw: dict[str, Any] = {"labels": labels, "instruction": instruction, "options": options}
-        if isinstance(items, list):
-            return self._run(self._core.extract(model, items, **kw))
-        return self._run(self._core.extract(model, items, **kw))
+        call: Coroutine[object, None, ExtractResult | list[ExtractResult]] = self._core.extract(
+            model, items, labels=labels, instruction=instruction, options=options
+        )
+        return self._run(call)
 
     def models(self) -> list[dict[str, Any]]:
         """The model catalogue: one description per model."""

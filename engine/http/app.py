@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -26,6 +25,7 @@ from engine.http.redact import scrub_body, scrubber
 from engine.http.replies import ErrorBody, RouteFamily, error_response, native_error
 from engine.metrics import QUEUE_DEPTH
 from engine.runtime import AsyncEngine
+from engine.tasks.results import JSONObject
 
 FAMILIES: tuple[RouteFamily, ...] = (
     native.FAMILY, openai.FAMILY, rerank.FAMILY, cohere.FAMILY, tei.FAMILY, status.FAMILY, console.FAMILY,
@@ -51,7 +51,7 @@ def routing_error(method: str, path: str, status: int, detail: str) -> ShoalErro
     return err
 
 
-def both_shapes(err: ShoalError) -> dict[str, Any]:
+def both_shapes(err: ShoalError) -> JSONObject:
     """Native and OpenAI error bodies at once, for routes both sie-sdk and the openai client read."""
     return {**native_error(err), **openai_error(err)}
 
@@ -75,10 +75,9 @@ def create_app(engine: AsyncEngine) -> FastAPI:
     error_bodies = {path: f.error_body for f in FAMILIES for path in f.error_paths}
     scrub = scrubber(settings)
 
-    def error_body(path: str, err: ShoalError) -> dict[str, Any]:
+    def error_body(path: str, err: ShoalError) -> JSONObject:
         """An error in its route family's shape, with no server paths when local folders are off."""
-        body: dict[str, Any] = scrub_body(family_error(error_bodies, path)(err), scrub)
-        return body
+        return scrub_body(family_error(error_bodies, path)(err), scrub)
 
     def error_for(path: str, err: ShoalError) -> JSONResponse:
         return error_response(err, error_body(path, err))

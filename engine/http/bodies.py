@@ -7,29 +7,37 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from engine.tasks.results import JSONObject, JSONValue
 
-def _inline(node: Any, defs: dict[str, Any]) -> Any:
-    """The schema with every local `$ref` replaced by its definition (the bodies hold no recursive types)."""
+
+def _inline(node: JSONValue, defs: JSONObject) -> JSONValue:
     if isinstance(node, dict):
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            return _inline(defs[ref.rsplit("/", 1)[-1]], defs)
-        return {k: _inline(v, defs) for k, v in node.items() if k != "$defs"}
+        return _inline_map(node, defs)
     if isinstance(node, list):
         return [_inline(v, defs) for v in node]
     return node
 
 
-def schema_of(model: type[BaseModel]) -> dict[str, Any]:
-    schema = model.model_json_schema()
-    out: dict[str, Any] = _inline(schema, schema.get("$defs", {}))
-    return out
+def _inline_map(node: JSONObject, defs: JSONObject) -> JSONObject:
+    """The schema with every local `$ref` replaced by its definition (the bodies hold no recursive types)."""
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        target = defs[ref.rsplit("/", 1)[-1]]
+        if isinstance(target, dict):
+            return _inline_map(target, defs)
+    return {k: _inline(v, defs) for k, v in node.items() if k != "$defs"}
 
 
-def request_body(model: type[BaseModel], *, msgpack: bool = True) -> dict[str, Any]:
+def schema_of(model: type[BaseModel]) -> JSONObject:
+    schema: JSONObject = model.model_json_schema()
+    defs = schema.get("$defs")
+    return _inline_map(schema, defs if isinstance(defs, dict) else {})
+
+
+def request_body(model: type[BaseModel], *, msgpack: bool = True) -> JSONObject:
     """`openapi_extra` for a route whose body is `model`, as JSON (and msgpack, on native routes)."""
     schema = schema_of(model)
-    content: dict[str, Any] = {"application/json": {"schema": schema}}
+    content: JSONObject = {"application/json": {"schema": schema}}
     if msgpack:
         content["application/msgpack"] = {"schema": schema}
     return {"requestBody": {"required": True, "content": content}}

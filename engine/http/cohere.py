@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
@@ -21,26 +20,29 @@ from fastapi.responses import JSONResponse
 from engine.errors import InvalidInput, ShoalError
 from engine.http.bodies import CohereEmbedBody, CohereRerankBody, request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
-from engine.http.rerank import model_query, positive_int, rerank, text_list
+from engine.http.rerank import RERANK_BODY, model_query, positive_int, rerank, text_list
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
+from engine.tasks.results import EncodeResult, JSONObject, JSONValue, Values
+from engine.tasks.task import OutputDtype
+from engine.wire import Decoded, DecodedMap, as_map
 
 router = APIRouter()
 # Cohere embedding type -> the engine dtype it is made from
-ENGINE_DTYPE = {"float": "float32", "base64": "float32", "int8": "int8", "uint8": "uint8"}
+ENGINE_DTYPE: dict[str, OutputDtype] = {"float": "float32", "base64": "float32", "int8": "int8", "uint8": "uint8"}
 ENGINE_DTYPE |= {"binary": "ubinary", "ubinary": "ubinary"}
 QUERY_TYPES = {"search_query": True, "search_document": False, "classification": False, "clustering": False}
 
 
-def cohere_error(err: ShoalError) -> dict[str, Any]:
+def cohere_error(err: ShoalError) -> JSONObject:
     """Cohere's error body."""
     return {"message": err.message, "code": err.code}
 
 
-def meta(**billed: int) -> dict[str, Any]:
-    return {"api_version": {"version": "2"}, "billed_units": billed}
+def meta(**billed: int) -> JSONObject:
+    return {"api_version": {"version": "2"}, "billed_units": dict(billed)}
 
 
-def embed_texts(body: dict[str, Any]) -> list[str]:
+def embed_texts(body: DecodedMap) -> list[str]:
     """`texts`, or the text parts of `inputs` ([{content: [{type: text, text}]}]), one text per input."""
     if "texts" in body:
         return text_list(body["texts"], "texts")
@@ -52,24 +54,22 @@ def embed_texts(body: dict[str, Any]) -> list[str]:
         content = entry.get("content") if isinstance(entry, dict) else None
         if not isinstance(content, list) or not content:
             raise InvalidInput(f"inputs.{i} must be an object with a non-empty 'content' list")
-        parts = [c.get("text") for c in content if isinstance(c, dict)]
-        if (
-            len(parts) != len(content)
-            or any(c.get("type") != "text" for c in content)
-            or not all(isinstance(p, str) for p in parts)
-        ):
+        parts = [c for c in content if isinstance(c, dict) and c.get("type") == "text"]
+        strings = [p for p in (c.get("text") for c in parts) if isinstance(p, str)]
+        if len(strings) != len(content):
             raise InvalidInput(f"inputs.{i}: only text content ({{type: text, text}}) is supported")
-        texts.append("\n".join(p for p in parts if isinstance(p, str)))
+        texts.append("\n".join(strings))
     return texts
 
 
-def embed_params(body: dict[str, Any]) -> tuple[list[str], EncodeOptions]:
+def embed_params(body: DecodedMap) -> tuple[list[str], EncodeOptions]:
     """(embedding types, encode options) of a v2 embed request."""
-    types = body.get("embedding_types") or ["float"]
-    if not isinstance(types, list) or not all(isinstance(t, str) and t in ENGINE_DTYPE for t in types):
+    given = body.get("embedding_types") or ["float"]
+    types = [t for t in given if isinstance(t, str) and t in ENGINE_DTYPE] if isinstance(given, list) else []
+    if not isinstance(given, list) or len(types) != len(given):
         raise InvalidInput(f"'embedding_types' must be a list of {sorted(ENGINE_DTYPE)}")
     input_type = body.get("input_type", "search_document")
-    if input_type not in QUERY_TYPES:
+    if not isinstance(input_type, str) or input_type not in QUERY_TYPES:
         raise InvalidInput(f"'input_type' must be one of {sorted(QUERY_TYPES)} (images are not supported)")
     truncate = body.get("truncate", "END")
     if truncate not in ("NONE", "END"):
@@ -79,13 +79,15 @@ def embed_params(body: dict[str, Any]) -> tuple[list[str], EncodeOptions]:
     return list(dict.fromkeys(types)), options
 
 
-def as_type(values: np.ndarray, kind: str) -> Any:
+def as_type(values: Values, kind: str) -> JSONValue:
     """One vector in Cohere's form for an embedding type."""
+    array = np.asarray(values)
     if kind == "base64":
-        return base64.b64encode(values.astype("<f4").tobytes()).decode()
-    if kind == "binary":
-        return (values.astype(np.int16) - 128).astype(np.int8).tolist()
-    return values.tolist()
+        return base64.b64encode(array.astype("<f4").tobytes()).decode()
+    numbers: list[JSONValue] = (
+        (array.astype(np.int16) - 128).astype(np.int8).tolist() if kind == "binary" else array.tolist()
+    )
+    return numbers
 
 
 @router.post("/v2/embed", openapi_extra=request_body(CohereEmbedBody, msgpack=False))
@@ -100,10 +102,9 @@ async def embed_v1(request: Request) -> Response:
     return await embed_reply(request, await read_body(request), v1=True)
 
 
-async def embed_reply(request: Request, body: Any, *, v1: bool) -> Response:
+async def embed_reply(request: Request, raw: Decoded, *, v1: bool) -> Response:
     """A Cohere embed answer: v2's (or v1's with `embedding_types`) embeddings by type, else v1's float list."""
-    if not isinstance(body, dict):
-        raise InvalidInput("the body must be a JSON object with 'model', 'texts' and 'input_type'")
+    body = as_map(raw, "the body must be a JSON object with 'model', 'texts' and 'input_type'")
     engine = engine_of(request)
     model = body.get("model", engine.settings.default_model if v1 else None)
     if not isinstance(model, str) or not model:
@@ -114,22 +115,21 @@ async def embed_reply(request: Request, body: Any, *, v1: bool) -> Response:
     dtypes = list(dict.fromkeys(ENGINE_DTYPE[t] for t in types))
     items = [Item(text=t) for t in texts]
 
-    async def run(dtype: str) -> dict[str, Any]:
+    async def run(dtype: OutputDtype) -> EncodeResult:
         params = EncodeRequestParams(output_types=["dense"], output_dtype=dtype, options=options)
-        return await engine.encode_request(model, EncodeRequest(items=items, params=params))
+        return await engine.run(model, EncodeRequest(items=items, params=params))
 
     results = dict(zip(dtypes, await asyncio.gather(*map(run, dtypes)), strict=True))
-    embeddings = {
-        kind: [as_type(np.asarray(it["dense"]["values"]), kind) for it in results[ENGINE_DTYPE[kind]]["items"]]
-        for kind in types
+    embeddings: JSONObject = {
+        kind: [as_type(it["dense"]["values"], kind) for it in results[ENGINE_DTYPE[kind]]["items"]] for kind in types
     }
     first = results[dtypes[0]]
     tokens = int(first.get("usage", {}).get("input_tokens", 0))
     plain = v1 and not body.get("embedding_types")
-    out = {
+    out: JSONObject = {
         "id": uuid.uuid4().hex,
         "embeddings": embeddings["float"] if plain else embeddings,
-        "texts": texts,
+        "texts": [*texts],
         "meta": meta(input_tokens=tokens) | ({"api_version": {"version": "1"}} if v1 else {}),
         "response_type": "embeddings_floats" if plain else "embeddings_by_type",
     }
@@ -139,19 +139,19 @@ async def embed_reply(request: Request, body: Any, *, v1: bool) -> Response:
 @router.post("/v2/rerank", openapi_extra=request_body(CohereRerankBody, msgpack=False))
 async def rerank_v2(request: Request) -> Response:
     """{model, query, documents, top_n?} -> {id, results: [{index, relevance_score}], meta}."""
-    body = await read_body(request)
+    body = as_map(await read_body(request), RERANK_BODY)
     model, query = model_query(body)
     texts = text_list(body.get("documents"), "documents")
     top_n = positive_int(body, "top_n")
     positive_int(body, "max_tokens_per_doc")  # accepted; the model's own length limit applies
     ranking = await rerank(engine_of(request), request, model, query, texts)
-    results: list[dict[str, Any]] = []
+    results: list[JSONValue] = []
     for index, score in ranking.order[:top_n]:
-        entry: dict[str, Any] = {"index": index, "relevance_score": score}
+        entry: JSONObject = {"index": index, "relevance_score": score}
         if body.get("return_documents", False):
             entry["document"] = {"text": texts[index]}
         results.append(entry)
-    out = {"id": uuid.uuid4().hex, "results": results, "meta": meta(search_units=1)}
+    out: JSONObject = {"id": uuid.uuid4().hex, "results": results, "meta": meta(search_units=1)}
     return JSONResponse(out, headers=timing_headers(ranking.timing))
 
 

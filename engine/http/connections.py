@@ -23,26 +23,35 @@ import asyncio
 import json
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
+from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from engine.config import EngineSettings
 from engine.errors import InvalidInput, QueueFull, RequestTimeout, ShoalError
+from engine.tasks.results import JSONObject
 
 HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 BODY_GRACE_S = 1.0  # the edge answers a late body with 408 first; this only backs it up
 HEALTHZ = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\n\r\n{"status":"ok"}'
 HEALTHZ_CLOSE = HEALTHZ.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n", 1)
-ErrorBody = Callable[[str, ShoalError], Any]  # (path, error) -> the route family's error body (JSON-able)
+ErrorBody = Callable[[str, ShoalError], JSONObject]  # (path, error) -> the route family's error body
+
+
+class Connection(Protocol):
+    """What the pool needs of a connection: to tell them apart, and to close one to make room."""
+
+    def __hash__(self) -> int: ...
+    def drop(self) -> None: ...
 
 
 class HeadersTooLarge(ShoalError):
     code, status = "HEADERS_TOO_LARGE", 431
 
 
-def native_body(path: str, err: ShoalError) -> Any:
-    return {"detail": err.to_dict()}
+def native_body(path: str, err: ShoalError) -> JSONObject:
+    return {"detail": {"code": err.code, "message": err.message}}
 
 
 def raw_error(err: ShoalError, path: str, body_for: ErrorBody) -> bytes:
@@ -63,19 +72,19 @@ class Pool:
     def __init__(self, cap: int, reserve: int) -> None:
         self.cap = max(1, cap)
         self.reserve = max(0, reserve)
-        self.open: set[Any] = set()
-        self.idle: OrderedDict[Any, None] = OrderedDict()
+        self.open: set[Connection] = set()
+        self.idle: OrderedDict[Connection, None] = OrderedDict()
         self.evicted = 0
         self.refused = 0
 
-    def set_idle(self, conn: Any, idle: bool) -> None:
+    def set_idle(self, conn: Connection, idle: bool) -> None:
         if idle:
             if conn not in self.idle:
                 self.idle[conn] = None
         else:
             self.idle.pop(conn, None)
 
-    def admit(self, conn: Any) -> str:
+    def admit(self, conn: Connection) -> str:
         """'ok', 'health' (a reserve slot) or 'refuse' for a new connection; past the cap the longest-idle
         connection is closed to make room."""
         if len(self.open) >= self.cap:
@@ -92,7 +101,7 @@ class Pool:
         self.open.add(conn)
         return "ok"
 
-    def forget(self, conn: Any) -> None:
+    def forget(self, conn: Connection) -> None:
         self.open.discard(conn)
         self.idle.pop(conn, None)
 
@@ -102,10 +111,11 @@ def protocol_class(settings: EngineSettings, cap: int, body_for: ErrorBody = nat
     `body_for` shapes the errors it answers itself (the route family's shape for the request's path)."""
     pool = Pool(cap, settings.health_connections)
 
-    async def busy_app(scope: Any, receive: Any, send: Any) -> None:
+    async def busy_app(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         """The answer on a health-only connection to anything but a health probe."""
         err = QueueFull("every connection is busy; only health probes are served now")
-        data = json.dumps(body_for(scope["path"], err), separators=(",", ":")).encode()
+        path = scope["path"] if scope["type"] != "lifespan" else ""
+        data = json.dumps(body_for(path, err), separators=(",", ":")).encode()
         headers = [(b"content-type", b"application/json"), (b"retry-after", b"1"), (b"connection", b"close")]
         headers.append((b"content-length", str(len(data)).encode()))
         await send({"type": "http.response.start", "status": 503, "headers": headers})
@@ -260,7 +270,7 @@ def protocol_class(settings: EngineSettings, cap: int, body_for: ErrorBody = nat
             pool.set_idle(self, True)
             self._arm(settings.keep_alive_s)
 
-        def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
             if self._health_only and cycle.scope["path"] not in HEALTH_PATHS:
                 cycle.keep_alive = False
                 app = busy_app

@@ -27,7 +27,8 @@ router = APIRouter()
 @router.post("/v1/encode/{model:path}", openapi_extra=request_body(EncodeRequest))
 async def encode(model: str, request: Request) -> Response:
     name_model(request, model)
-    return await native_reply(request, await engine_of(request).encode_body(model, await read_body(request)))
+    engine = engine_of(request)
+    return await native_reply(request, await engine.run(model, engine.read_encode(model, await read_body(request))))
 
 
 @router.post("/v1/extract/{model:path}", openapi_extra=request_body(ExtractRequest))
@@ -35,13 +36,15 @@ async def extract(model: str, request: Request) -> Response:
     """Entities (GLiNER) or classifications (NLI, embeddings) of each item; 404 unknown model, 400 one that
     cannot extract."""
     name_model(request, model)
-    return await native_reply(request, await engine_of(request).extract_body(model, await read_body(request)))
+    engine = engine_of(request)
+    return await native_reply(request, await engine.run(model, engine.read_extract(model, await read_body(request))))
 
 
 @router.post("/v1/score/{model:path}", openapi_extra=request_body(ScoreRequest))
 async def score(model: str, request: Request) -> Response:
     name_model(request, model)
-    return await native_reply(request, await engine_of(request).score_body(model, await read_body(request)))
+    engine = engine_of(request)
+    return await native_reply(request, await engine.run(model, engine.read_score(model, await read_body(request))))
 
 
 @router.get("/v1/models")

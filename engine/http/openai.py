@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
@@ -21,18 +20,20 @@ from engine.runtime import AsyncEngine
 from engine.tasks.annotate import check_limits
 from engine.tasks.limits import check_count
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
+from engine.tasks.results import EncodeResult, JSONObject, JSONValue
 from engine.tasks.token_input import decode_cl100k, parse_input
+from engine.wire import Decoded, DecodedMap, as_map
 
 router = APIRouter()
 BODY = request_body(EmbeddingsBody, msgpack=False)
 
 
-def openai_error(err: ShoalError) -> dict[str, Any]:
+def openai_error(err: ShoalError) -> JSONObject:
     """OpenAI's error envelope."""
     return {"error": {"message": err.message, "type": err.code.lower(), "code": err.code}}
 
 
-def embeddings_request(body: Any, texts: list[str]) -> tuple[EncodeRequest, bool]:
+def embeddings_request(body: DecodedMap, texts: list[str]) -> tuple[EncodeRequest, bool]:
     """(encode request, base64?) from an OpenAI embeddings request whose input reads as `texts`."""
     fmt = body.get("encoding_format", "float") or "float"
     if fmt not in ("float", "base64"):
@@ -44,10 +45,16 @@ def embeddings_request(body: Any, texts: list[str]) -> tuple[EncodeRequest, bool
     return EncodeRequest(items=[Item(text=t) for t in texts], params=params), fmt == "base64"
 
 
-async def input_texts(engine: AsyncEngine, body: Any) -> tuple[str, list[str]]:
+def embeddings_body(raw: Decoded, infinity: bool) -> DecodedMap:
+    """The embeddings body as a map; on Infinity's paths, `dimensions: 0` ("not set") is read as absent."""
+    body = as_map(raw, "the body must be a JSON object with 'model' and 'input'")
+    if infinity and type(body.get("dimensions")) is int and body["dimensions"] == 0:
+        return {**body, "dimensions": None}
+    return body
+
+
+async def input_texts(engine: AsyncEngine, body: DecodedMap) -> tuple[str, list[str]]:
     """(model, texts) of an embeddings request; token-id arrays decoded as the settings say."""
-    if not isinstance(body, dict):
-        raise InvalidInput("the body must be a JSON object with 'model' and 'input'")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidInput("'model' is required")
@@ -63,11 +70,11 @@ async def input_texts(engine: AsyncEngine, body: Any) -> tuple[str, list[str]]:
     return model, await asyncio.to_thread(decode_cl100k, arrays)
 
 
-def embeddings_response(model: str, result: dict[str, Any], as_base64: bool) -> dict[str, Any]:
-    data = []
+def embeddings_response(model: str, result: EncodeResult, as_base64: bool) -> JSONObject:
+    data: list[JSONValue] = []
     for i, item in enumerate(result["items"]):
         vec = np.asarray(item["dense"]["values"], dtype=np.float32)
-        emb: Any = base64.b64encode(vec.astype("<f4").tobytes()).decode() if as_base64 else vec.tolist()
+        emb: JSONValue = base64.b64encode(vec.astype("<f4").tobytes()).decode() if as_base64 else vec.tolist()
         data.append({"object": "embedding", "index": i, "embedding": emb})
     tokens = int(result.get("usage", {}).get("input_tokens", 0))
     return {
@@ -85,14 +92,11 @@ def embeddings_response(model: str, result: dict[str, Any], as_base64: bool) -> 
 @router.post("/infinity/embeddings", openapi_extra=BODY)
 async def embeddings(request: Request) -> Response:
     engine = engine_of(request)
-    body = await read_body(request)
-    infinity = request.url.path != "/v1/embeddings" and isinstance(body, dict)
-    if infinity and type(body.get("dimensions")) is int and body["dimensions"] == 0:  # Infinity's "not set"
-        body = {**body, "dimensions": None}
+    body = embeddings_body(await read_body(request), infinity=request.url.path != "/v1/embeddings")
     model, texts = await input_texts(engine, body)
     name_model(request, model)
     req, as_base64 = embeddings_request(body, texts)
-    result = await engine.encode_request(model, req)
+    result = await engine.run(model, req)
     return JSONResponse(embeddings_response(model, result, as_base64))
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 
 from engine.config import EngineSettings
+from engine.tasks.results import JSONObject, JSONValue
 
 # an absolute path of two or more parts, not part of a URL, a model id ("org/name") or a relative path
 SERVER_PATH = re.compile(r"""(?<![\w.:/~-])/(?!v[12]/)[^\s'"/]+(?:/[^\s'"/]*)+""")
@@ -27,12 +27,17 @@ def scrubber(settings: EngineSettings) -> Scrub:
     return _keep if settings.local_models else _hide
 
 
-def scrub_body(body: Any, scrub: Scrub) -> Any:
+def scrub_value(value: JSONValue, scrub: Scrub) -> JSONValue:
+    """A JSON value with every string in it scrubbed."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return scrub_body(value, scrub)
+    if isinstance(value, list):
+        return [scrub_value(v, scrub) for v in value]
+    return value
+
+
+def scrub_body(body: JSONObject, scrub: Scrub) -> JSONObject:
     """An error body with every string in it scrubbed."""
-    if isinstance(body, str):
-        return scrub(body)
-    if isinstance(body, dict):
-        return {k: scrub_body(v, scrub) for k, v in body.items()}
-    if isinstance(body, (list, tuple)):
-        return [scrub_body(v, scrub) for v in body]
-    return body
+    return {k: scrub_value(v, scrub) for k, v in body.items()}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -13,17 +12,18 @@ from fastapi.responses import JSONResponse
 from engine.errors import PayloadTooLarge, ShoalError
 from engine.metrics import timed
 from engine.runtime import AsyncEngine
-from engine.wire import BodyLimits, decode_body, encode_response, response_type
+from engine.tasks.results import JSONObject, Result, Timing
+from engine.wire import BodyLimits, Decoded, decode_body, encode_response, response_type
 
 OFFLOAD_ITEMS = 32  # replies with more items than this are encoded off the event loop
 
 
-def native_error(err: ShoalError) -> dict[str, Any]:
+def native_error(err: ShoalError) -> JSONObject:
     """API.md's error body: {"detail": {code, message}}."""
-    return {"detail": err.to_dict()}
+    return {"detail": {"code": err.code, "message": err.message}}
 
 
-ErrorBody = Callable[[ShoalError], dict[str, Any]]
+ErrorBody = Callable[[ShoalError], JSONObject]  # a route family's error body
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,10 @@ class RouteFamily:
 
     router: APIRouter
     error_paths: tuple[str, ...] = ()  # paths whose errors use `error_body` instead of the native one
-    error_body: Callable[[ShoalError], dict[str, Any]] = native_error
+    error_body: ErrorBody = native_error
 
 
-def error_response(err: ShoalError, body: dict[str, Any] | None = None) -> JSONResponse:
+def error_response(err: ShoalError, body: JSONObject | None = None) -> JSONResponse:
     """An error in its route family's body (native by default), with Retry-After on transient errors; 408
     and 413 close the connection (the rest of that body is not worth reading)."""
     headers = {"Retry-After": str(max(1, round(err.retry_after)))} if err.retry_after is not None else {}
@@ -44,26 +44,28 @@ def error_response(err: ShoalError, body: dict[str, Any] | None = None) -> JSONR
     return JSONResponse(body or native_error(err), status_code=err.status, headers=headers)
 
 
-def timing_headers(timing: dict[str, float]) -> dict[str, str]:
-    names = {"queue_ms": "X-Queue-Time", "tokenization_ms": "X-Tokenization-Time"}
-    names |= {"inference_ms": "X-Inference-Time", "total_ms": "X-Total-Time"}
-    return {h: f"{timing[k]:.2f}" for k, h in names.items() if k in timing}
+def timing_headers(timing: Timing) -> dict[str, str]:
+    """The X-*-Time headers of the times a result has."""
+    times = {"X-Queue-Time": timing.get("queue_ms"), "X-Tokenization-Time": timing.get("tokenization_ms")}
+    times |= {"X-Inference-Time": timing.get("inference_ms"), "X-Total-Time": timing.get("total_ms")}
+    return {h: f"{ms:.2f}" for h, ms in times.items() if ms is not None}
 
 
-async def native_reply(request: Request, result: dict[str, Any]) -> Response:
+async def native_reply(request: Request, result: Result) -> Response:
     """A native result in the media type the client asked for, with the timing headers; a large one is
     encoded off the event loop."""
     media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
     headers = timing_headers(result.get("timing", {}))
+    items = result.get("items")  # encode and extract results; a score result has none
     with timed("serialise"):
-        if len(result.get("items", ())) > OFFLOAD_ITEMS:
+        if isinstance(items, list) and len(items) > OFFLOAD_ITEMS:
             data = await asyncio.to_thread(encode_response, result, media)
         else:
             data = encode_response(result, media)
     return Response(data, media_type=media, headers=headers)
 
 
-async def read_body(request: Request) -> Any:
+async def read_body(request: Request) -> Decoded:
     """The decoded body (msgpack or JSON by Content-Type), nesting and list lengths bounded. The edge has
     bounded the body's size and time while it streamed in; a large body is decoded off the event loop, so
     health checks never wait behind it."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -24,10 +23,13 @@ from engine.http.openai import openai_error
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
 from engine.runtime import AsyncEngine
 from engine.tasks.limits import count_before_parsing
-from engine.tasks.requests import Item, ScoreRequest
+from engine.tasks.requests import Item, ScoreOptions, ScoreRequest
+from engine.tasks.results import JSONObject, JSONValue, Timing
+from engine.wire import Decoded, DecodedMap, as_map
 
 router = APIRouter()
 BODY = request_body(RerankBody, msgpack=False)
+RERANK_BODY = "the body must be a JSON object with 'query' and the documents"
 
 
 @dataclass(frozen=True)
@@ -36,17 +38,19 @@ class Ranking:
 
     order: list[tuple[int, float]]
     tokens: int
-    timing: dict[str, float]
+    timing: Timing
 
 
-def positive_int(body: dict[str, Any], key: str) -> int | None:
+def positive_int(body: DecodedMap, key: str) -> int | None:
     value = body.get(key)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidInput(f"'{key}' must be a positive integer")
     return value
 
 
-def text_list(value: Any, key: str) -> list[str]:
+def text_list(value: Decoded, key: str) -> list[str]:
     """A non-empty list of strings or {text} objects, as strings."""
     if not isinstance(value, list) or not value:
         raise InvalidInput(f"'{key}' must be a non-empty list of strings or {{text}} objects")
@@ -59,10 +63,8 @@ def text_list(value: Any, key: str) -> list[str]:
     return texts
 
 
-def model_query(body: Any, default_model: str | None = None) -> tuple[str, str]:
+def model_query(body: DecodedMap, default_model: str | None = None) -> tuple[str, str]:
     """(model, query) of a rerank body; the model may default (TEI names none)."""
-    if not isinstance(body, dict):
-        raise InvalidInput("the body must be a JSON object with 'query' and the documents")
     model, query = body.get("model", default_model), body.get("query")
     if not isinstance(model, str) or not model:
         raise InvalidInput("'model' is required")
@@ -76,10 +78,9 @@ async def rerank(
 ) -> Ranking:
     """Score every text against the query with the model's score task; best first."""
     name_model(request, model)
-    options = {"truncate": truncate} if truncate is not None else {}
     items = [Item(id=str(i), text=t) for i, t in enumerate(texts)]
-    req = ScoreRequest.model_validate({"query": Item(text=query), "items": items, "options": options})
-    result = await engine.score_request(model, req)
+    req = ScoreRequest(query=Item(text=query), items=items, options=ScoreOptions(truncate=truncate))
+    result = await engine.run(model, req)
     order = [(int(s["item_id"]), float(s["score"])) for s in result["scores"]]
     return Ranking(order, int(result.get("usage", {}).get("input_tokens", 0)), result.get("timing", {}))
 
@@ -93,7 +94,7 @@ def raw(score: float, engine: AsyncEngine, model: str) -> float:
     return math.log(p) - math.log1p(-p)
 
 
-async def documents_rerank(request: Request, body: Any) -> Response:
+async def documents_rerank(request: Request, body: DecodedMap) -> Response:
     """{model, query, documents, top_n?, return_documents?, raw_scores?} -> {model, results: [{index,
     relevance_score}]}; with raw_scores, the logits behind sigmoid scores (as Infinity and TEI give)."""
     model, query = model_query(body)
@@ -109,21 +110,21 @@ async def documents_rerank(request: Request, body: Any) -> Response:
         raise InvalidInput("'raw_scores' must be true or false")
     engine = engine_of(request)
     ranking = await rerank(engine, request, model, query, texts)
-    results = []
+    results: list[JSONValue] = []
     for index, score in ranking.order[:top_n]:
-        entry: dict[str, Any] = {"index": index, "relevance_score": raw(score, engine, model) if raw_scores else score}
+        entry: JSONObject = {"index": index, "relevance_score": raw(score, engine, model) if raw_scores else score}
         if body.get("return_documents", False):
             entry["document"] = texts[index] if plain else {"text": texts[index]}
         results.append(entry)
-    usage = {"total_tokens": ranking.tokens, "prompt_tokens": ranking.tokens}
-    out = {"model": model, "results": results, "usage": usage}
+    usage: JSONObject = {"total_tokens": ranking.tokens, "prompt_tokens": ranking.tokens}
+    out: JSONObject = {"model": model, "results": results, "usage": usage}
     return JSONResponse(out, headers=timing_headers(ranking.timing))
 
 
 @router.post("/v1/rerank", openapi_extra=BODY)
 @router.post("/infinity/rerank", openapi_extra=BODY)
 async def rerank_v1(request: Request) -> Response:
-    return await documents_rerank(request, await read_body(request))
+    return await documents_rerank(request, as_map(await read_body(request), RERANK_BODY))
 
 
 FAMILY = RouteFamily(router, ("/v1/rerank", "/infinity/rerank"), openai_error)

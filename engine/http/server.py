@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from socketserver import ThreadingMixIn
-from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from fastapi import FastAPI
 
@@ -19,8 +19,6 @@ from engine.http.auth import METRICS_REFUSAL, KeyRing, auth_from, bearer
 from engine.http.connections import native_body, protocol_class
 
 log = logging.getLogger("shoal.http")
-StartResponse = Callable[..., Any]
-WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 SPARE_FDS = 128  # descriptors kept for model files, sockets to NATS, logs
 
 
@@ -52,16 +50,16 @@ def connection_cap(settings: EngineSettings) -> int:
     return max(1, cap)
 
 
-def metrics_app(keys: KeyRing | None) -> WSGIApp:
+def metrics_app(keys: KeyRing | None) -> WSGIApplication:
     """Prometheus's WSGI app, behind `Authorization: Bearer <key>` when `keys` (the metrics key, else the API
     keys) are set."""
     from prometheus_client import make_wsgi_app
 
-    inner: WSGIApp = make_wsgi_app()
+    inner: WSGIApplication = make_wsgi_app()
     if keys is None:
         return inner
 
-    def guarded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+    def guarded(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         token = bearer([(b"authorization", environ.get("HTTP_AUTHORIZATION", "").encode("latin-1"))])
         if token is not None and keys.match(token) is not None:
             return inner(environ, start_response)
@@ -75,7 +73,7 @@ def metrics_app(keys: KeyRing | None) -> WSGIApp:
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         pass
 
 

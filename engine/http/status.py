@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
 
 from fastapi import APIRouter, Request
 from prometheus_client.metrics import MetricWrapperBase
 
-from engine.catalogue.weights import weights_status
-from engine.http.redact import scrub_body, scrubber
+from engine.catalogue.weights import WeightsStatus, weights_status
+from engine.http.redact import Scrub, scrubber
 from engine.http.replies import RouteFamily, engine_of
 from engine.metrics import ITEMS, QUEUE_DEAD, QUEUE_HELD, REQUESTS, TOKENS
+from engine.tasks.results import JSONObject, JSONValue
 
 router = APIRouter()
 TIERS = ("device", "host", "disk")
@@ -48,7 +48,7 @@ def totals() -> dict[str, float]:
     }
 
 
-def rates(samples: deque[tuple[float, dict[str, float]]], now: float, current: dict[str, float]) -> dict[str, Any]:
+def rates(samples: deque[tuple[float, dict[str, float]]], now: float, current: dict[str, float]) -> JSONObject:
     """Per-second rates over the window's oldest sample in the last RATE_SPAN_S, or None before there is one."""
     if not samples or now - samples[-1][0] >= 1.0:
         samples.append((now, current))
@@ -59,29 +59,38 @@ def rates(samples: deque[tuple[float, dict[str, float]]], now: float, current: d
     return {"window_s": round(dt, 1), **{k: round((current[k] - base[1][k]) / dt, 3) for k in current}}
 
 
-@router.get("/v1/status")
-async def status(request: Request) -> dict[str, Any]:
+def weights_of(weights: WeightsStatus, scrub: Scrub) -> JSONObject:
+    """Where a model's weights are (weights_status), with no server paths when local folders are off."""
+    location = scrub(weights.location) if weights.location is not None else None
+    tried: list[JSONValue] = [scrub(t) for t in weights.tried]
+    return {"available": weights.available, "source": weights.source, "location": location, "tried": tried}
+
+
+@router.get("/v1/status", response_model=None)  # the annotation types the body; FastAPI need not re-validate it
+async def status(request: Request) -> JSONObject:
     """Health, models (tier, weights), residency budgets, queue and throughput of this process."""
     engine = engine_of(request)
     reg = engine.registry
     state = "ready" if engine.ready and not engine.draining else ("draining" if engine.draining else "starting")
-    models = []
+    models: list[JSONValue] = []
+    in_tier = dict.fromkeys(TIERS, 0)
     scrub = scrubber(engine.settings)  # a server (local folders off) shows no paths of its own
     for card in engine.catalogue.known():
         tier = reg.tier(card.id)
+        in_tier[tier] = in_tier.get(tier, 0) + 1
         models.append(
             {
                 "name": card.id,
-                "tasks": card.tasks,
-                "outputs": card.outputs,
+                "tasks": [*card.tasks],
+                "outputs": [*card.outputs],
                 "tier": tier,
                 "loaded": reg.is_loaded(card.id),
                 "pinned": card.id in reg.pinned_models(),
-                "weights": scrub_body(weights_status(card, engine.settings.offline).to_dict(), scrub),
+                "weights": weights_of(weights_status(card, engine.settings.offline), scrub),
             }
         )
-    tiers = {
-        t: {"models": sum(m["tier"] == t for m in models), "bytes": reg.used(t) if t != "disk" else 0,
+    tiers: JSONObject = {
+        t: {"models": in_tier[t], "bytes": reg.used(t) if t != "disk" else 0,
             "budget": reg.budget.get(t)}
         for t in TIERS
     }  # fmt: skip
@@ -106,7 +115,7 @@ async def status(request: Request) -> dict[str, Any]:
             "held": metric_total(QUEUE_HELD),
             "dead_letters": metric_total(QUEUE_DEAD),
         },
-        "totals": current,
+        "totals": {**current},
         "rates": rates(samples, now, current),
     }
 

@@ -11,7 +11,6 @@ Token-id `inputs` are ids of the model's own tokenizer (as in TEI). Errors answe
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
@@ -21,11 +20,14 @@ from engine.errors import InvalidInput, ShoalError
 from engine.http.bodies import TeiEmbedBody, TeiPredictBody, TeiRerankBody, TeiTokenizeBody, request_body
 from engine.http.cohere import embed_reply
 from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
-from engine.http.rerank import documents_rerank, model_query, raw, rerank, text_list
+from engine.http.rerank import RERANK_BODY, documents_rerank, model_query, raw, rerank, text_list
 from engine.runtime import AsyncEngine
 from engine.tasks.annotate import check_limits
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
+from engine.tasks.results import EncodedItem, EncodeResult, JSONObject, JSONValue
+from engine.tasks.task import OutputType
 from engine.tasks.token_input import parse_input
+from engine.wire import Decoded, DecodedMap, as_map
 
 router = APIRouter()
 ERROR_TYPES = {"QUEUE_FULL": "Overloaded", "MODEL_LOADING": "Overloaded", "RESOURCE_EXHAUSTED": "Overloaded"}
@@ -34,35 +36,36 @@ ERROR_TYPES |= {"RATE_LIMITED": "Overloaded", "MODEL_UNAVAILABLE": "Unhealthy", 
 PROMPTS = {"query": True, "document": False, "passage": False}
 
 
-def tei_error(err: ShoalError) -> dict[str, Any]:
+def tei_error(err: ShoalError) -> JSONObject:
     """TEI's error body: TEI's error types (Validation for bad input, Overloaded for back-pressure, Unhealthy
     for a model that cannot run here, Backend for a failure while running)."""
     return {"error": err.message, "error_type": ERROR_TYPES.get(err.code, "Validation"), "code": err.code}
 
 
-def tei_body(body: Any) -> dict[str, Any]:
+def tei_body(raw: Decoded) -> DecodedMap:
     """The body as one flat map: huggingface_hub may nest the options under `parameters`."""
-    if not isinstance(body, dict):
-        raise InvalidInput("the body must be a JSON object with 'inputs'")
+    body = as_map(raw, "the body must be a JSON object with 'inputs'")
     params = body.get("parameters")
     if params is not None and not isinstance(params, dict):
         raise InvalidInput("'parameters' must be an object of options (normalize, truncate, ...)")
     return {**params, **body} if isinstance(params, dict) else body
 
 
-def flag(body: dict[str, Any], key: str) -> bool | None:
+def flag(body: DecodedMap, key: str) -> bool | None:
     value = body.get(key)
-    if value is not None and not isinstance(value, bool):
+    if value is None:
+        return None
+    if not isinstance(value, bool):
         raise InvalidInput(f"'{key}' must be true or false")
     return value
 
 
-def encode_options(body: dict[str, Any]) -> EncodeOptions:
+def encode_options(body: DecodedMap) -> EncodeOptions:
     """normalize, truncate, truncation_direction, prompt_name and dimensions as encode options."""
     if body.get("truncation_direction", "Right") != "Right":
         raise InvalidInput("'truncation_direction' must be 'Right' (Left is not supported)")
     prompt = body.get("prompt_name")
-    if prompt is not None and prompt not in PROMPTS:
+    if prompt is not None and (not isinstance(prompt, str) or prompt not in PROMPTS):
         raise InvalidInput(f"'prompt_name' must be one of {sorted(PROMPTS)}")
     dims = body.get("dimensions")
     if dims is not None and (not isinstance(dims, int) or isinstance(dims, bool) or dims < 1):
@@ -75,7 +78,7 @@ def encode_options(body: dict[str, Any]) -> EncodeOptions:
     )
 
 
-async def texts_of(engine: AsyncEngine, model: str, value: Any) -> list[str]:
+async def texts_of(engine: AsyncEngine, model: str, value: Decoded) -> list[str]:
     """`inputs` as texts: strings as they are, token-id arrays decoded with the model's tokenizer."""
     parsed = parse_input(value)
     if parsed and isinstance(parsed[0], str):
@@ -83,7 +86,7 @@ async def texts_of(engine: AsyncEngine, model: str, value: Any) -> list[str]:
     return await engine.detokenize(model, [a for a in parsed if isinstance(a, list)])
 
 
-def model_of(request: Request, body: dict[str, Any], default: str) -> str:
+def model_of(request: Request, body: DecodedMap, default: str) -> str:
     model = body.get("model", default)
     if not isinstance(model, str) or not model:
         raise InvalidInput("'model' must be a model id")
@@ -91,17 +94,17 @@ def model_of(request: Request, body: dict[str, Any], default: str) -> str:
     return model
 
 
-async def encode(request: Request, body: dict[str, Any], output: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+async def encode(request: Request, body: DecodedMap, output: OutputType) -> tuple[list[EncodedItem], EncodeResult]:
     """Encode `inputs` for one output type; (wire items, native result)."""
     engine = engine_of(request)
     model = model_of(request, body, engine.settings.default_model)
     texts = await texts_of(engine, model, body.get("inputs"))
     params = EncodeRequestParams(output_types=[output], options=encode_options(body))
-    result = await engine.encode_request(model, EncodeRequest(items=[Item(text=t) for t in texts], params=params))
+    result = await engine.run(model, EncodeRequest(items=[Item(text=t) for t in texts], params=params))
     return result["items"], result
 
 
-def reply(content: Any, result: dict[str, Any]) -> JSONResponse:
+def reply(content: JSONValue, result: EncodeResult) -> JSONResponse:
     return JSONResponse(content, headers=timing_headers(result.get("timing", {})))
 
 
@@ -109,14 +112,19 @@ def reply(content: Any, result: dict[str, Any]) -> JSONResponse:
 async def embed(request: Request) -> Response:
     """{inputs, normalize?, truncate?, prompt_name?, dimensions?} -> [[float]]."""
     items, result = await encode(request, tei_body(await read_body(request)), "dense")
-    return reply([np.asarray(it["dense"]["values"], dtype=np.float32).tolist() for it in items], result)
+    return reply(dense_lists(items), result)
+
+
+def dense_lists(items: list[EncodedItem]) -> list[JSONValue]:
+    """Each item's dense vector as a list of floats (TEI's [[float]])."""
+    return [np.asarray(it["dense"]["values"], dtype=np.float32).tolist() for it in items]
 
 
 @router.post("/embed_sparse", openapi_extra=request_body(TeiEmbedBody, msgpack=False))
 async def embed_sparse(request: Request) -> Response:
     """{inputs, truncate?} -> [[{index, value}]] (a sparse model, e.g. SPLADE)."""
     items, result = await encode(request, tei_body(await read_body(request)), "sparse")
-    out = [
+    out: list[JSONValue] = [
         [
             {"index": int(i), "value": float(v)}
             for i, v in zip(it["sparse"]["indices"], it["sparse"]["values"], strict=True)
@@ -130,35 +138,40 @@ async def embed_sparse(request: Request) -> Response:
 async def rerank_route(request: Request) -> Response:
     """TEI's {query, texts, truncate?, raw_scores?, return_text?} -> [{index, score, text?}]; with
     `documents` instead, the /v1/rerank shape (engine.http.rerank)."""
-    body = await read_body(request)
-    if isinstance(body, dict) and "texts" not in body and "documents" in body:
+    body = as_map(await read_body(request), RERANK_BODY)
+    if "texts" not in body and "documents" in body:
         return await documents_rerank(request, body)
     engine = engine_of(request)
     model, query = model_query(body, engine.settings.default_rerank_model)
     texts = text_list(body.get("texts"), "texts")
     raw_scores = flag(body, "raw_scores")
     ranking = await rerank(engine, request, model, query, texts, flag(body, "truncate"))
-    out = []
+    out: list[JSONValue] = []
     for index, score in ranking.order:
-        entry: dict[str, Any] = {"index": index, "score": raw(score, engine, model) if raw_scores else score}
+        entry: JSONObject = {"index": index, "score": raw(score, engine, model) if raw_scores else score}
         if flag(body, "return_text"):
             entry["text"] = texts[index]
         out.append(entry)
     return JSONResponse(out, headers=timing_headers(ranking.timing))
 
 
-def pairs_of(value: Any) -> tuple[list[tuple[str, str]], bool]:
+def pairs_of(value: Decoded) -> tuple[list[tuple[str, str]], bool]:
     """(pairs, batch?) of /predict `inputs`: a [text, text_pair] pair or a list of them."""
-    is_pair = isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
-    if is_pair:
-        return [(value[0], value[1])], False
-    if (
-        isinstance(value, list)
-        and value
-        and all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, str) for v in p) for p in value)
-    ):
-        return [(p[0], p[1]) for p in value], True
+    pair = text_pair(value)
+    if pair is not None:
+        return [pair], False
+    if isinstance(value, list) and value:
+        pairs = [p for p in map(text_pair, value) if p is not None]
+        if len(pairs) == len(value):
+            return pairs, True
     raise InvalidInput("'inputs' must be a [text, text_pair] pair or a list of pairs (rerankers score pairs)")
+
+
+def text_pair(value: Decoded) -> tuple[str, str] | None:
+    """A [text, text_pair] list as a pair; None for anything else."""
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], str):
+        return value[0], value[1]
+    return None
 
 
 @router.post("/predict", openapi_extra=request_body(TeiPredictBody, msgpack=False))
@@ -171,7 +184,7 @@ async def predict(request: Request) -> Response:
     check_limits(engine.settings, len(pairs), [])
     raw_scores, truncate = flag(body, "raw_scores"), flag(body, "truncate")
     rankings = await asyncio.gather(*(rerank(engine, request, model, q, [d], truncate) for q, d in pairs))
-    preds = [
+    preds: list[JSONValue] = [
         [{"score": raw(r.order[0][1], engine, model) if raw_scores else r.order[0][1], "label": "LABEL_0"}]
         for r in rankings
     ]
@@ -190,7 +203,7 @@ async def tokenize(request: Request) -> Response:
     special = flag(body, "add_special_tokens")
     tok = (await engine.tokenizer(model)).tokenizer
     encodings = tok.encode_batch(texts, add_special_tokens=special is not False)
-    out = [
+    out: list[JSONValue] = [
         [
             {"id": i, "text": t, "special": bool(s), "start": a if not s else None, "stop": b if not s else None}
             for i, t, s, (a, b) in zip(enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets, strict=True)
@@ -200,12 +213,12 @@ async def tokenize(request: Request) -> Response:
     return JSONResponse(out)
 
 
-@router.get("/info")
-async def info(request: Request) -> dict[str, Any]:
+@router.get("/info", response_model=None)  # the annotation types the body; FastAPI need not re-validate it
+async def info(request: Request) -> JSONObject:
     """TEI's /info for the default model, with this server's limits (clients read max_client_batch_size)."""
     engine = engine_of(request)
     card = engine.card(engine.settings.default_model)
-    kind = {"embedding": {"pooling": card.pooling}} if "encode" in card.tasks else {"reranker": {}}
+    kind: JSONObject = {"embedding": {"pooling": card.pooling}} if "encode" in card.tasks else {"reranker": {}}
     profile = card.profile(None)
     return {
         "model_id": card.id,
@@ -237,7 +250,7 @@ async def root(request: Request) -> Response:
     value = body.get("inputs")
     if not isinstance(value, dict):
         items, result = await encode(request, body, "dense")
-        return reply([np.asarray(it["dense"]["values"], dtype=np.float32).tolist() for it in items], result)
+        return reply(dense_lists(items), result)
     source, sentences = value.get("source_sentence"), value.get("sentences")
     if not isinstance(source, str):
         raise InvalidInput("inputs.source_sentence must be a string")

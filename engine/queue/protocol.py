@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from engine.errors import ShoalError
+from engine.tasks.results import Result
 from engine.tasks.task import Task
 
-Result = dict[str, Any]  # a task's wire result (items or scores, usage, timing)
+__all__ = ["Delivery", "Result", "WorkQueue"]  # Result: what a task settles with (engine.tasks.results)
 
 
 class Delivery(Protocol):

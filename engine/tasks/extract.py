@@ -9,7 +9,8 @@ labels and options 400, before anything is queued.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,7 +27,8 @@ from engine.tasks.limits import (
     clean_instruction,
     clean_text,
 )
-from engine.tasks.requests import Item, parse_items_body
+from engine.tasks.requests import Item, ItemInput, Options, item_bodies, parse_items_body
+from engine.tasks.results import JSONObject
 from engine.tasks.task import ExtractParams, Task, TaskItem
 
 # embedding cards (no extract section): what a label's vector is made from, and the cosine similarity a label
@@ -58,7 +60,7 @@ class ExtractRequestParams(BaseModel):
 
     labels: list[str] | None = None
     instruction: str | None = None
-    output_schema: Any = None  # SIE's structured extraction: refused with a clear message
+    output_schema: object = None  # SIE's structured extraction: refused with a clear message
     options: ExtractOptions = Field(default_factory=ExtractOptions)
 
 
@@ -71,28 +73,43 @@ class ExtractRequest(BaseModel):
     params: ExtractRequestParams = Field(default_factory=ExtractRequestParams)
 
 
-def parse_extract(body: Any, max_items: int | None = None) -> ExtractRequest:
+def parse_extract(body: object, max_items: int | None = None) -> ExtractRequest:
     """Validate an extract body (decoded from msgpack or JSON) or raise INVALID_INPUT."""
     shape = "'items' and 'params.labels'"
     return parse_items_body(ExtractRequest, body, max_items, shape, "items must not be empty")
 
 
+class ExtractBodyParams(TypedDict, total=False):
+    """`params` of an extract body as a client builds it (only what the caller set)."""
+
+    labels: list[str]
+    instruction: str
+    options: JSONObject
+
+
+class ExtractBody(TypedDict):
+    """An extract body as a client builds it (build_extract_body)."""
+
+    items: list[JSONObject]
+    params: NotRequired[ExtractBodyParams]
+
+
 def build_extract_body(
-    items: list[str | dict[str, Any]],
+    items: Sequence[ItemInput],
     *,
     labels: list[str] | None = None,
     instruction: str | None = None,
-    options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    options: Options | None = None,
+) -> ExtractBody:
     """The wire body for an extract call; shared by every client."""
-    params: dict[str, Any] = {}
+    params: ExtractBodyParams = {}
     if labels is not None:
         params["labels"] = list(labels)
     if instruction is not None:
         params["instruction"] = instruction
     if options:
         params["options"] = dict(options)
-    body: dict[str, Any] = {"items": [{"text": it} if isinstance(it, str) else dict(it) for it in items]}
+    body: ExtractBody = {"items": item_bodies(items)}
     if params:
         body["params"] = params
     return body

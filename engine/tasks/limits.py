@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from engine.config import EngineSettings
 from engine.errors import InvalidInput, PayloadTooLarge
@@ -23,7 +22,7 @@ def check_count(where: str, n: int, limit: int, setting: str) -> None:
         raise PayloadTooLarge(f"{where}: {n:,} entries is over the limit of {limit:,} ({setting})")
 
 
-def count_before_parsing(body: Any, key: str, limit: int, setting: str = "SHOAL_MAX_ITEMS") -> None:
+def count_before_parsing(body: object, key: str, limit: int, setting: str = "SHOAL_MAX_ITEMS") -> None:
     """The item-count limit on a decoded body's list `key`, before any item is validated."""
     if isinstance(body, dict):
         value = body.get(key)
@@ -75,7 +74,7 @@ def check_tokens(estimated: int, settings: EngineSettings) -> None:
         )
 
 
-def check_labels(labels: Sequence[Any], settings: EngineSettings, where: str = "params.labels") -> list[str]:
+def check_labels(labels: Sequence[object], settings: EngineSettings, where: str = "params.labels") -> list[str]:
     """Extraction labels: at most `max_labels`, each a non-empty string of at most `max_label_chars`."""
     check_count(where, len(labels), settings.max_labels, "SHOAL_MAX_LABELS")
     out = []

@@ -2,17 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Literal, NotRequired, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from engine.errors import InvalidInput
 from engine.tasks.limits import count_before_parsing
+from engine.tasks.results import JSONObject, JSONValue
 from engine.tasks.task import OUTPUT_DTYPES
 
 BodyT = TypeVar("BodyT", bound=BaseModel)
 
 UNSUPPORTED_MEDIA = ("images", "image", "audio", "video")
+ItemInput = str | Mapping[str, JSONValue]  # what a client passes: a text, or {"id", "text", "metadata"}
+Options = Mapping[str, JSONValue]  # a client's options map, sent as it is and validated by the server
+
+
+class EncodeBodyParams(TypedDict, total=False):
+    """`params` of an encode body as a client builds it (only what the caller set)."""
+
+    output_types: list[str]
+    instruction: str
+    output_dtype: str
+    options: JSONObject
+
+
+class EncodeBody(TypedDict):
+    """An encode body as a client builds it (build_encode_body)."""
+
+    items: list[JSONObject]
+    params: NotRequired[EncodeBodyParams]
+
+
+class ScoreBody(TypedDict):
+    """A score body as a client builds it (build_score_body)."""
+
+    query: JSONObject
+    items: list[JSONObject]
+    instruction: NotRequired[str]
+    options: NotRequired[JSONObject]
 
 
 class Item(BaseModel):
@@ -22,7 +51,7 @@ class Item(BaseModel):
 
     id: str | None = None
     text: str
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, object] | None = None  # the caller's, passed through unread (msgpack may carry bytes)
 
 
 class EncodeOptions(BaseModel):
@@ -80,14 +109,14 @@ def _describe(e: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _check_media(items: Any) -> None:
+def _check_media(items: object) -> None:
     if isinstance(items, list):
         for i, item in enumerate(items):
             if isinstance(item, dict) and any(k in item for k in UNSUPPORTED_MEDIA):
                 raise InvalidInput(f"items.{i}: only text items are supported; images and audio are not")
 
 
-def parse_items_body(kind: type[BodyT], body: Any, max_items: int | None, shape: str, empty: str) -> BodyT:
+def parse_items_body(kind: type[BodyT], body: object, max_items: int | None, shape: str, empty: str) -> BodyT:
     """Validate a decoded body with an `items` list as `kind`, or raise INVALID_INPUT; with `max_items`, an
     over-long item list is 413 before any item is validated. `shape` names what the map holds."""
     if not isinstance(body, dict):
@@ -104,26 +133,34 @@ def parse_items_body(kind: type[BodyT], body: Any, max_items: int | None, shape:
     return req
 
 
-def parse_encode(body: Any, max_items: int | None = None) -> EncodeRequest:
+def parse_encode(body: object, max_items: int | None = None) -> EncodeRequest:
     """Validate an encode body (already decoded from msgpack or JSON) or raise INVALID_INPUT."""
     return parse_items_body(EncodeRequest, body, max_items, "'items'", "items must not be empty")
 
 
+def item_body(item: ItemInput) -> JSONObject:
+    """One client item as the wire carries it: a text becomes {"text": ...}; a map is copied."""
+    return {"text": item} if isinstance(item, str) else dict(item)
+
+
+def item_bodies(items: Sequence[ItemInput]) -> list[JSONObject]:
+    return [item_body(it) for it in items]
+
+
 def build_encode_body(
-    items: list[str | dict[str, Any]],
+    items: Sequence[ItemInput],
     *,
     output_types: list[str] | None = None,
     instruction: str | None = None,
     output_dtype: str | None = None,
     is_query: bool | None = None,
-    options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    options: Options | None = None,
+) -> EncodeBody:
     """The wire body for an encode call; shared by every client so they all send the same thing."""
-    body_items = [{"text": it} if isinstance(it, str) else dict(it) for it in items]
     opts = dict(options or {})
     if is_query is not None:
         opts["is_query"] = is_query
-    params: dict[str, Any] = {}
+    params: EncodeBodyParams = {}
     if output_types is not None:
         params["output_types"] = output_types
     if instruction is not None:
@@ -132,7 +169,7 @@ def build_encode_body(
         params["output_dtype"] = output_dtype
     if opts:
         params["options"] = opts
-    body: dict[str, Any] = {"items": body_items}
+    body: EncodeBody = {"items": item_bodies(items)}
     if params:
         body["params"] = params
     return body
@@ -159,7 +196,7 @@ class ScoreRequest(BaseModel):
     options: ScoreOptions = Field(default_factory=ScoreOptions)
 
 
-def parse_score(body: Any, max_items: int | None = None) -> ScoreRequest:
+def parse_score(body: object, max_items: int | None = None) -> ScoreRequest:
     """Validate a score body or raise INVALID_INPUT; at least one candidate is required."""
     if isinstance(body, dict):
         _check_media([body.get("query")])
@@ -168,17 +205,14 @@ def parse_score(body: Any, max_items: int | None = None) -> ScoreRequest:
 
 
 def build_score_body(
-    query: str | dict[str, Any],
-    items: list[str | dict[str, Any]],
+    query: ItemInput,
+    items: Sequence[ItemInput],
     *,
     instruction: str | None = None,
-    options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    options: Options | None = None,
+) -> ScoreBody:
     """The wire body for a score call; shared by every client."""
-    body: dict[str, Any] = {
-        "query": {"text": query} if isinstance(query, str) else dict(query),
-        "items": [{"text": it} if isinstance(it, str) else dict(it) for it in items],
-    }
+    body: ScoreBody = {"query": item_body(query), "items": item_bodies(items)}
     if instruction is not None:
         body["instruction"] = instruction
     if options:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,11 +101,11 @@ class Task(BaseModel):
     def kind(self) -> TaskKind:
         return self.params.kind
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         """Plain data for msgpack."""
         return self.model_dump()
 
     @classmethod
-    def from_wire(cls, data: Any) -> Task:
+    def from_wire(cls, data: object) -> Task:
         """The Task `to_wire` described (validated: a malformed message is an error, never a half-task)."""
         return cls.model_validate(data)

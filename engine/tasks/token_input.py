@@ -9,34 +9,50 @@ model's own tokenizer, is the runtime's `detokenize`; `EngineSettings.token_ids`
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Protocol
 
 from engine.errors import InvalidInput
 
 SHAPES = "a string, a list of strings, a token array (a list of integers) or a list of token arrays"
 
 
-def _is_token(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+class Encoding(Protocol):
+    """What decoding needs of a tiktoken encoding."""
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    def decode(self, tokens: list[int]) -> str: ...
 
 
-def parse_input(value: Any) -> list[str] | list[list[int]]:
+def _token_ids(value: object) -> list[int] | None:
+    """The list as token ids, or None when any entry is not an integer."""
+    if not isinstance(value, list):
+        return None
+    ids = [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    return ids if len(ids) == len(value) else None
+
+
+def parse_input(value: object) -> list[str] | list[list[int]]:
     """The texts, or the token arrays, of an OpenAI `input`; INVALID_INPUT for any other shape."""
     if isinstance(value, str):
         return [value]
     if not isinstance(value, list) or not value:
         raise InvalidInput(f"'input' must be {SHAPES}, and not empty")
-    if all(isinstance(v, str) for v in value):
-        return value
-    if all(_is_token(v) for v in value):
-        return [value]
-    if all(isinstance(v, list) and v and all(_is_token(t) for t in v) for v in value):
-        return value
+    texts = [v for v in value if isinstance(v, str)]
+    if len(texts) == len(value):
+        return texts
+    ids = _token_ids(value)
+    if ids is not None:
+        return [ids]
+    arrays = [a for a in map(_token_ids, value) if a]
+    if len(arrays) == len(value):
+        return arrays
     raise InvalidInput(f"'input' must be {SHAPES}; a token array must hold integers and not be empty")
 
 
 @cache
-def _cl100k() -> Any:
+def _cl100k() -> Encoding:
     try:
         import tiktoken
     except ImportError:  # pragma: no cover - tiktoken is a dependency

@@ -163,7 +163,7 @@ class Worker:
             if isinstance(outcome, ShoalError):
                 await d.term(outcome)
             else:
-                await d.ack(dict(outcome))  # the queue's Result is still a plain dict; the copy is shallow
+                await d.ack(outcome)
 
     async def _live(self, model: str, group: list[Delivery], now: float) -> list[Delivery]:
         """The deliveries whose deadline has not passed; the others are termed DEADLINE_EXCEEDED."""

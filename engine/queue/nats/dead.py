@@ -14,9 +14,10 @@ from nats.js import JetStreamContext
 from engine.config import EngineSettings
 from engine.errors import InternalError, ShoalError
 from engine.metrics import QUEUE_DEAD
+from engine.queue.nats.messages import Answer, error_answer, read_work
 from engine.queue.nats.subjects import DEAD, WORK, token_of
 from engine.tasks.task import Task
-from engine.wire import packb, unpackb
+from engine.wire import packb
 
 log = logging.getLogger("shoal.nats")
 
@@ -55,8 +56,8 @@ async def on_max_deliveries(nc: NATS, js: JetStreamContext, settings: EngineSett
         raw = await js.get_msg(stream, seq)
     except nats.js.errors.NotFoundError:
         return  # already handled (another gateway, or a worker's last attempt)
-    env = unpackb(raw.data or b"")
-    task = Task.from_wire(env["task"])
+    work = read_work(raw.data or b"")
+    task = work["task"]
     n = info.get("deliveries", settings.queue_max_deliver)
     error = InternalError(
         f"no worker finished this task in {n} deliveries (each died or timed out); moved to the dead-letter stream"
@@ -64,4 +65,4 @@ async def on_max_deliveries(nc: NATS, js: JetStreamContext, settings: EngineSett
     await dead_letter(js, settings, raw.subject or f"{WORK}.unknown", raw.data or b"", task, error, n)
     with contextlib.suppress(nats.js.errors.Error):
         await js.delete_msg(stream, seq)
-    await nc.publish(env["reply"], packb({"id": task.id, "error": error.to_dict()}))
+    await nc.publish(work["reply"], packb(Answer(id=task.id, error=error_answer(error))))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from nats.aio.msg import Msg
 
@@ -21,6 +21,7 @@ from engine.errors import (
 )
 from engine.metrics import QUEUE_EXPIRED
 from engine.queue.nats.connection import NATS_ERRORS
+from engine.queue.nats.messages import Answer, error_answer
 from engine.queue.protocol import Result
 from engine.tasks.task import Task
 from engine.wire import packb
@@ -56,12 +57,12 @@ class NatsDelivery:
     def attempt(self) -> int:
         return int(self.msg.metadata.num_delivered or 1)
 
-    async def _answer(self, body: dict[str, Any]) -> None:
-        data = packb({"id": self.task.id, **body})
+    async def _answer(self, answer: Answer) -> None:
+        data = packb(answer)
         limit = self.holder.max_payload
         if len(data) > limit:
             err = PayloadTooLarge(f"the result is {len(data)} bytes, over the queue's limit of {limit}")
-            data = packb({"id": self.task.id, "error": err.to_dict()})
+            data = packb(Answer(id=self.task.id, error=error_answer(err)))
         await self.holder.reply(self.reply, data)
 
     async def _settle(self, how: str) -> None:
@@ -71,7 +72,7 @@ class NatsDelivery:
 
     async def ack(self, result: Result) -> None:
         with contextlib.suppress(*NATS_ERRORS):
-            await self._answer({"result": result})
+            await self._answer({"id": self.task.id, "result": result})
         await self._settle("ack")
 
     async def nak(self, delay: float = 0.0) -> None:
@@ -94,7 +95,6 @@ class NatsDelivery:
             error = type(error)(f"{error.message} (failed {self.attempt} times; moved to the dead-letter stream)")
             with contextlib.suppress(*NATS_ERRORS):
                 await self.holder.dead_letter(self.msg, self.task, error, self.attempt)
-        err = error.to_dict() | ({"retry_after": error.retry_after} if error.retry_after is not None else {})
         with contextlib.suppress(*NATS_ERRORS):
-            await self._answer({"error": err})
+            await self._answer({"id": self.task.id, "error": error_answer(error)})
         await self._settle("term" if isinstance(error, RETRYABLE) else "ack")

@@ -20,14 +20,14 @@ from nats.js import JetStreamContext
 
 from engine.aio import cancel_and_wait
 from engine.config import EngineSettings
-from engine.errors import InternalError, PayloadTooLarge, QueueFull, error_from_code
+from engine.errors import InternalError, PayloadTooLarge, QueueFull
 from engine.metrics import MODEL_PENDING, QUEUE_DUPLICATES, QUEUE_PENDING, QUEUE_REPUBLISHED
 from engine.queue.nats.connection import NATS_ERRORS
 from engine.queue.nats.dead import on_max_deliveries
+from engine.queue.nats.messages import answer_error, pack_work, read_answer
 from engine.queue.nats.subjects import BELL, MAX_DELIVERIES, WORK, subject_token
 from engine.queue.protocol import Result
 from engine.tasks.task import Task
-from engine.wire import packb, unpackb
 
 log = logging.getLogger("shoal.nats")
 REPUBLISH_S = 10.0  # how long a task may take to be re-sent after a reconnect before it is answered 503
@@ -65,7 +65,7 @@ class GatewaySide:
             raise QueueFull(f"{self._pending} tasks are pending (limit {limit}); retry later", retry_after=1.0)
         token = subject_token(task.model)
         self._models.setdefault(token, task.model)
-        data = packb({"task": task.to_wire(), "reply": f"{self._inbox}.{task.id}"})
+        data = pack_work(task, f"{self._inbox}.{task.id}")
         if len(data) > self.nc.max_payload:
             raise PayloadTooLarge(f"the request is {len(data)} bytes, over the queue's limit of {self.nc.max_payload}")
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
@@ -134,16 +134,15 @@ class GatewaySide:
             log.warning("dead-letter handling failed: %s: %s", type(e).__name__, e)
 
     async def _on_reply(self, msg: Msg) -> None:
-        body = unpackb(msg.data)
-        future = self._waiting.get(body.get("id", ""))
+        answer = read_answer(msg.data)
+        future = self._waiting.get(answer["id"])
         if future is None or future.done():
             QUEUE_DUPLICATES.inc()
             return
-        if "error" in body:
-            e = body["error"]
-            future.set_exception(error_from_code(e["code"], e["message"], e.get("retry_after")))
+        if "error" in answer:
+            future.set_exception(answer_error(answer["error"]))
         else:
-            future.set_result(body["result"])
+            future.set_result(answer["result"])
 
     async def _watch_pending(self) -> None:
         """Refresh the cached pending count that submit checks, and the per-model counts (one stream-info call

@@ -23,10 +23,10 @@ from engine.metrics import QUEUE_HELD, QUEUE_PULL_BATCH, QUEUE_PULLED, QUEUE_RED
 from engine.queue.nats.connection import NATS_ERRORS
 from engine.queue.nats.dead import dead_letter
 from engine.queue.nats.delivery import NatsDelivery
+from engine.queue.nats.messages import read_work
 from engine.queue.nats.subjects import BELL, WORK, consumer_name, subject_token
 from engine.queue.protocol import Delivery
 from engine.tasks.task import Task
-from engine.wire import unpackb
 
 log = logging.getLogger("shoal.nats")
 
@@ -111,8 +111,8 @@ class WorkerSide:
         out: list[NatsDelivery] = []
         for msg in msgs:
             try:
-                env = unpackb(msg.data)
-                d = NatsDelivery(Task.from_wire(env["task"]), msg, env["reply"], self)
+                work = read_work(msg.data)
+                d = NatsDelivery(work["task"], msg, work["reply"], self)
             except Exception as e:  # noqa: BLE001 - an undecodable message can never succeed: dead-letter it
                 log.error("undecodable message on %s: %s", msg.subject, e)
                 with contextlib.suppress(*NATS_ERRORS):
