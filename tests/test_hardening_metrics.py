@@ -156,6 +156,8 @@ def test_metrics_on_their_own_port_with_cors_configured() -> None:
         r = httpx.get(f"{srv.url}/metrics", headers=key)
         assert r.status_code == 404  # not on the API port at all
         r = httpx.get(f"http://127.0.0.1:{port}/metrics")
+        assert r.status_code == 401  # API keys and no metrics key: the API keys open the metrics port too
+        r = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=key)
         assert r.status_code == 200 and "shoal_requests_total" in r.text
         pre = {
             "Origin": "https://app.example",
