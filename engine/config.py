@@ -92,8 +92,10 @@ class EngineSettings(BaseSettings):
     max_batch_tokens: int | None = Field(default=None, description="override every card's token budget")
     request_timeout_s: float = Field(default=300.0, description="deadline given to each request")
     # admission control of network requests (engine/queue/admission.py); the SDK's own calls are not shed
-    admission_wait_s: float | None = Field(
-        default=None, gt=0, description="admit as many requests per model as it answers in this; None: no limit"
+    admission_wait_s: float = Field(
+        default=0.2,
+        ge=0,
+        description="admit as many network requests per model as it answers in this many seconds; 0: no limit",
     )
     admission_min_in_flight: int = Field(default=32, ge=1, description="requests per model always admitted")
     admission_max_in_flight: int = Field(default=4096, ge=1, description="most requests per model in flight")

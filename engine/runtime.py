@@ -164,7 +164,7 @@ class AsyncEngine(ModelCalls):
         """Bound the requests in flight per model (SHOAL_ADMISSION_WAIT_S); the HTTP app calls this, so
         network requests are shed under overload while the SDK's own calls wait their turn."""
         s = self.settings
-        if s.admission_wait_s is not None:
+        if s.admission_wait_s > 0:
             self.admission = Admission(s.admission_wait_s, s.admission_min_in_flight, s.admission_max_in_flight)
 
     async def submit(self, task: Task) -> Result:

@@ -58,9 +58,12 @@ def test_the_sdk_engine_is_not_admission_controlled() -> None:
     assert engine.admission is None  # until the HTTP app asks for it
     engine.control_admission()
     assert engine.admission is not None
-    off = AsyncEngine()
+    on = AsyncEngine()
+    on.control_admission()
+    assert on.admission is not None and on.admission.target_wait_s == 0.2  # on by default for network requests
+    off = AsyncEngine(EngineSettings(admission_wait_s=0))
     off.control_admission()
-    assert off.admission is None  # off by default
+    assert off.admission is None  # 0 turns it off
 
 
 @pytest.fixture(scope="module")

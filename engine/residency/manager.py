@@ -19,6 +19,7 @@ from engine.catalogue.weights import resolve_weights
 from engine.config import EngineSettings
 from engine.errors import ModelLoadFailed, ModelLoading, ResourceExhausted, ShoalError
 from engine.metrics import EVICTIONS, LOAD_SECONDS, MODEL_LOADS, RESIDENT_MODELS, TIER_BYTES
+from engine.model.allocator import freeze_heap
 from engine.model.loaded import LoadedModel, Loader, LoadSpec
 from engine.model.loader import load
 from engine.model.lora import AdapterCache
@@ -251,6 +252,7 @@ class ResidencyManager:
             self.tuner.start(loaded, self._swap)  # float32 serves meanwhile
         pinned = card.pinned or card.id in self.pins
         self._entries[card.id] = Entry(card.id, loaded, DEVICE, loaded.tensor_bytes(), reserve, self._clock(), pinned)
+        freeze_heap()  # the model's objects live long: out of the collector's full passes
         seconds = time.perf_counter() - started
         self.ledger.loaded(LoadRecord(card.id, DISK, seconds, footprint.disk_bytes(folder)))
         MODEL_LOADS.labels(card.id, "ok").inc()
