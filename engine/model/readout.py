@@ -46,6 +46,14 @@ class Readout:
         """The rows of one task (a contiguous run of its sequences)."""
         return Readout(self.dense[rows], self.multivector[rows], self.sparse[rows], self.score[rows], self.logits[rows])
 
+    def split(self, sizes: Sequence[int]) -> list[Readout]:
+        """One readout per task, the i-th of `sizes[i]` consecutive sequences."""
+        parts, start = [], 0
+        for n in sizes:
+            parts.append(self.part(slice(start, start + n)))
+            start += n
+        return parts
+
     @staticmethod
     def gather(parts: Sequence[Readout], order: Sequence[int]) -> Readout:
         """The batches' readouts (in run order, their sequences at positions `order`) back in input order."""

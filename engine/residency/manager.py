@@ -230,15 +230,13 @@ class ResidencyManager:
         return e.loaded
 
     async def _load(self, card: ModelCard) -> LoadedModel:
-        """Disk -> device: resolve the weights (once), measure the footprint from the safetensors headers,
-        make room, load."""
+        """Disk -> device: resolve the weights (once), measure the footprint from the headers, make room, load."""
         started = time.perf_counter()
         folder: Path = await asyncio.to_thread(resolve_weights, card, self.offline, self.settings.local_models)
         tuned = self.tuner.tuned(card, self.device)
         precision = device_profile(tuned, self.device, self.settings.precision)
-        weights, reserve = footprint.estimate(
-            folder, precision.profile.max_batch_tokens, card.max_seq_len, precision.dtype
-        )
+        profile = precision.profile
+        weights, reserve = footprint.estimate(folder, profile.max_batch_tokens, card.max_seq_len, precision.dtype)
         need = weights + reserve
         await self._make_room(need, exclude=card.id)
         self._reserved += need

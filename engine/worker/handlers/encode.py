@@ -39,11 +39,7 @@ class EncodeHandler(TaskHandler[PackedModel, list[Encoded], Readout, EncodeResul
         """Every task's rows of the outputs any task asked for, from shared batches."""
         spec = OutputSpec(frozenset(k for task, _ in work for k in params_of(task, EncodeParams).output_types))
         read = run_packed(model, [e for _, encoded in work for e in encoded], limits, spec, on_batch)
-        parts, start = [], 0
-        for _, encoded in work:
-            parts.append(read.part(slice(start, start + len(encoded))))
-            start += len(encoded)
-        return parts
+        return read.split([len(encoded) for _, encoded in work])
 
     @torch.inference_mode()
     def finish(self, model: PackedModel, task: Task, prepared: list[Encoded], out: Readout) -> EncodeResult:

@@ -83,11 +83,7 @@ class ScoreHandler(TaskHandler[PackedModel, list[Encoded], Readout, ScoreResult]
         assert spec is not None  # prepare refused models that cannot score
         wanted = OutputSpec.of("multivector" if spec.kind == "maxsim" else "score")
         read = run_packed(model, [e for _, encoded in work for e in encoded], limits, wanted, on_batch)
-        parts, start = [], 0
-        for _, encoded in work:
-            parts.append(read.part(slice(start, start + len(encoded))))
-            start += len(encoded)
-        return parts
+        return read.split([len(encoded) for _, encoded in work])
 
     def finish(self, model: PackedModel, task: Task, prepared: list[Encoded], out: Readout) -> ScoreResult:
         """The candidates ranked by score (MaxSim of the query's token vectors against each candidate's)."""
