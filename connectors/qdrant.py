@@ -40,8 +40,9 @@ from connectors.base import (
     source_counts,
 )
 from connectors.chunks import F32, ChunkBatch, ChunkRow, SparseInput, as_batch, payload_items
-from connectors.filters import ENTITY, And, Cond, Filter, Or, entity_tag
+from connectors.filters import Filter
 from connectors.fusion import CANDIDATES, QDRANT_RRF_K
+from connectors.qdrant_filters import combined_filter, to_qdrant
 from connectors.registry import StoreURL, parse_url
 
 BATCH = 256
@@ -200,7 +201,7 @@ class QdrantStore:
 
     def search(self, collection: str, request: SearchRequest) -> list[Hit]:
         layout = self._layout(collection)
-        flt = _combined_filter(request)
+        flt = combined_filter(request)
         k = request.top_k
         mode = request.mode
         if mode == "text" or (mode == "hybrid" and request.vector is None and request.text):
@@ -278,44 +279,6 @@ def _sparse(indices: npt.ArrayLike, values: npt.ArrayLike) -> models.SparseVecto
 
 def _terms(sp: lexical.SparseVector | SparseInput) -> models.SparseVector:
     return _sparse(sp["indices"], sp["values"])
-
-
-def to_qdrant(f: Filter) -> models.Filter:
-    """A portable filter as Qdrant conditions (must / should / must_not)."""
-    if isinstance(f, And):
-        return models.Filter(must=[to_qdrant(x) for x in f.items])
-    if isinstance(f, Or):
-        return models.Filter(should=[to_qdrant(x) for x in f.items])
-    return _cond(f)
-
-
-def _cond(c: Cond) -> models.Filter:
-    key, values = c.field, c.values
-    if c.field.startswith(ENTITY):
-        key, values = "entity_tags", tuple(entity_tag(c.field, v) for v in values)
-    if c.op == "in":
-        return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))])
-    if c.op in ("eq", "ne"):
-        cond = models.FieldCondition(key=key, match=models.MatchValue(value=values[0]))
-        return models.Filter(must=[cond]) if c.op == "eq" else models.Filter(must_not=[cond])
-    rng = models.Range(**{c.op: values[0]})
-    return models.Filter(must=[models.FieldCondition(key=key, range=rng)])
-
-
-def _combined_filter(request: SearchRequest) -> models.Filter | None:
-    parts = [to_qdrant(request.where)] if request.where is not None else []
-    if request.native is not None:
-        try:
-            native = request.native if isinstance(request.native, models.Filter) else _native(request.native)
-        except ValueError as e:
-            msg = str(e).splitlines()
-            raise StoreError(f"not a Qdrant filter: {' '.join(msg[:3])[:300]}", code="INVALID_FILTER") from None
-        parts.append(native)
-    return None if not parts else parts[0] if len(parts) == 1 else models.Filter(must=parts)
-
-
-def _native(raw: object) -> models.Filter:
-    return models.Filter.model_validate(json.loads(raw) if isinstance(raw, str) else raw)
 
 
 @dataclass
