@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 if TYPE_CHECKING:
+    from agent_tools.taxonomy_tree import Taxonomy
     from engine.tasks.results import Entity, JSONObject
 
 ModelCallCounts = dict[str, int]  # requests and items per task kind (agent_tools.backend.CallCount)
@@ -45,6 +46,31 @@ class Classified(TypedDict):
     levels: list[NodeScore]
     best_leaf: LeafScore
     alternatives: list[LeafScore]
+    off_topic: str | None  # the general topic outside the taxonomy the text is closer to than to every leaf
+
+
+def node_out(t: Taxonomy, node: int, score: float | None, confidence: float) -> NodeScore:
+    """A node on the best path (its score is None when the search never scored it)."""
+    rounded = None if score is None else round(float(score), 6)
+    return {
+        "id": t.ids[node],
+        "name": t.names[node],
+        "label": t.labels[node],
+        "score": rounded,
+        "confidence": round(confidence, 6),
+    }
+
+
+def leaf_out(t: Taxonomy, node: int, score: float, confidence: float, path_score: float) -> LeafScore:
+    """A candidate leaf: the best one or a runner-up, with its path score."""
+    return {
+        "id": t.ids[node],
+        "name": t.names[node],
+        "label": t.labels[node],
+        "score": round(float(score), 6),
+        "path_score": round(float(path_score), 6),
+        "confidence": round(confidence, 6),
+    }
 
 
 class TaxonomyInfo(TypedDict):

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from agent_tools.results import leaf_out, node_out
 from agent_tools.taxonomy_calibration import probability, spread
 from agent_tools.taxonomy_index import IndexCache, TaxonomyIndex
 from agent_tools.taxonomy_tree import Taxonomy
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
 
 EMBED_DEFAULTS = (0.03, 0.3)  # (temperature, none_score) when only one of them is given, for cosines
 RERANK_DEFAULTS = (0.1, 0.5)  # the same for cross-encoder probabilities
-DEFAULT_THRESHOLD = 0.3  # chosen on bench/data/taxonomy/support only
+DEFAULT_THRESHOLD = 0.1  # the highest keeping top-1 leaf at flat's on bench/data/taxonomy/support (chosen there only)
 FLAT_CHUNK = 64  # texts scored against every node at once by the flat strategy
+Outside = tuple[float, str | None]  # (similarity, name) of the closest general topic outside the taxonomy
 
 
 class ClassifyOptions(BaseModel):
@@ -61,6 +63,11 @@ class ClassifyOptions(BaseModel):
         le=10,
         description="absolute softmax temperature of the confidence (default: calibrated to each text's scores; "
         "0.1 with a reranker)",
+    )
+    off_topic: bool = Field(
+        True,
+        description='answer "" when a text is closer to a general topic outside the taxonomy (weather, recipes, '
+        "sports, ...) than to every leaf; embeddings only, and not with threshold 0",
     )
     none_score: float | None = Field(
         None,
@@ -91,6 +98,7 @@ class Search:
     beam: np.ndarray
     acc: np.ndarray  # per beam entry: sum of the scores of the internal nodes on its path
     stats: tuple[float, float] = (0.0, 1.0)  # (mu, sigma) of the text's similarities to the reference leaves
+    outside: Outside = (float("-inf"), None)  # the closest general topic outside the taxonomy
     scored: dict[int, float] = field(default_factory=dict)
     found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # leaves, scores, path scores
     dot_products: int = 0  # node vectors compared with the text (the search's work; flat compares them all)
@@ -163,7 +171,20 @@ def new_search(index: TaxonomyIndex, query: np.ndarray, opts: ClassifyOptions) -
     search = Search(index, query, opts, np.array([0]), np.zeros(1, dtype=np.float32))
     search.stats = spread(similarities(index.vectors, index.reference, query))
     search.dot_products += index.reference.size
+    search.outside = closest_outside(index, query, opts)
     return search
+
+
+def closest_outside(index: TaxonomyIndex, query: np.ndarray, opts: ClassifyOptions) -> Outside:
+    """(similarity, name) of the general topic closest to the text; -inf when off-topic answers are off."""
+    import numpy as np
+
+    off = not opts.off_topic or opts.threshold == 0 or opts.rerank_model  # threshold 0: always a leaf
+    if off or index.outside is None or not len(index.outside):
+        return float("-inf"), None
+    sims = np.einsum("ij,j->i", index.outside, query)
+    k = int(sims.argmax())
+    return float(sims[k]), index.outside_names[k]
 
 
 def run_beam(index: TaxonomyIndex, query: np.ndarray, opts: ClassifyOptions) -> Search:
@@ -211,6 +232,7 @@ def decide(
     node_score: Mapping[int, float],
     opts: ClassifyOptions,
     stats: tuple[float, float],
+    outside: Outside = (float("-inf"), None),
 ) -> Classified:
     """The answer for one text from its candidate leaves: best path, per-level confidence, alternatives."""
     import numpy as np
@@ -242,10 +264,11 @@ def decide(
 
     levels: list[NodeScore] = []
     chosen, chosen_confidence = 0, 0.0
+    off_topic = outside[0] > float(scores[order[0]])
     for node in t.path(best):
         c = confidence(mass(node))
         levels.append(node_out(t, node, node_score.get(node), c))
-        if chosen == t.parent[node] and c >= opts.threshold:
+        if chosen == t.parent[node] and c >= opts.threshold and not off_topic:
             chosen, chosen_confidence = node, c
     alternatives: list[LeafScore] = []
     for k in order[1 : 1 + opts.alternatives]:
@@ -260,30 +283,7 @@ def decide(
         "levels": levels,
         "best_leaf": leaf_out(t, best, float(scores[order[0]]), confidence(mass(best)), path_scores[order[0]]),
         "alternatives": alternatives,
-    }
-
-
-def node_out(t: Taxonomy, node: int, score: float | None, confidence: float) -> NodeScore:
-    """A node on the best path (its score is None when the search never scored it)."""
-    rounded = None if score is None else round(float(score), 6)
-    return {
-        "id": t.ids[node],
-        "name": t.names[node],
-        "label": t.labels[node],
-        "score": rounded,
-        "confidence": round(confidence, 6),
-    }
-
-
-def leaf_out(t: Taxonomy, node: int, score: float, confidence: float, path_score: float) -> LeafScore:
-    """A candidate leaf: the best one or a runner-up, with its path score."""
-    return {
-        "id": t.ids[node],
-        "name": t.names[node],
-        "label": t.labels[node],
-        "score": round(float(score), 6),
-        "path_score": round(float(path_score), 6),
-        "confidence": round(confidence, 6),
+        "off_topic": outside[1] if off_topic else None,
     }
 
 
@@ -344,6 +344,7 @@ def _answer(search: Search) -> Classified:
         node_scores,
         search.opts,
         search.stats,
+        search.outside,
     )
 
 
@@ -370,7 +371,8 @@ async def flat(
             paths = leaf_scores
         node_score = _LazyScores(index, queries[k], leaves, leaf_scores)
         stats = spread(similarities(index.vectors, index.reference, queries[k]))
-        out.append(decide(index, leaves, leaf_scores, paths, node_score, opts, stats))
+        outside = closest_outside(index, queries[k], opts)
+        out.append(decide(index, leaves, leaf_scores, paths, node_score, opts, stats, outside))
     return out
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from agent_tools.backend import ModelBackend
     from engine.tasks.results import JSONObject
 
-INDEX_VERSION = "own+path+proto0.5/v2"  # part of the cache key: change it when the representation changes
+INDEX_VERSION = "own+path+proto0.5+outside/v3"  # part of the cache key: change it when the representation changes
 SELF_WEIGHT = 0.5  # share of an internal node's own text in its prototype
 
 FORMAT = "shoal-taxonomy-fit/1"  # the fitted index file `shoal taxonomy fit` saves
@@ -53,11 +53,14 @@ class TaxonomyIndex:
     level: float = 0.0  # the taxonomy's own score level (agent_tools/taxonomy_calibration.py)
     calibration: Calibration = DEFAULT
     fitted: str | None = None  # the fitted index file this came from, None when zero-shot
+    outside: np.ndarray | None = None  # (k, dim) unit rows: general topics no node resembles (taxonomy_outside)
+    outside_names: tuple[str, ...] = ()
 
     @property
     def nbytes(self) -> int:
         arrays = (self.vectors, self.child_ptr, self.child_idx, self.is_leaf, self.leaves, self.size)
-        return sum(a.nbytes for a in arrays) + self.parent.nbytes + self.depth.nbytes + self.reference.nbytes
+        extra = self.outside.nbytes if self.outside is not None else 0
+        return sum(a.nbytes for a in arrays) + self.parent.nbytes + self.depth.nbytes + self.reference.nbytes + extra
 
 
 def own_text(t: Taxonomy, i: int) -> str:
@@ -146,7 +149,16 @@ async def build_index(t: Taxonomy, backend: ModelBackend, model: str, own: np.nd
     vectors = await asyncio.to_thread(prototypes, own, arrays)
     names = await backend.embed(model, [t.names[int(i)] for i in arrays["reference"]], is_query=True)
     level = await asyncio.to_thread(score_level, vectors, arrays["leaves"], arrays["reference"], names)
-    return make_index(t, model, vectors, arrays, level, DEFAULT, None)
+    return await with_outside(make_index(t, model, vectors, arrays, level, DEFAULT, None), backend)
+
+
+async def with_outside(index: TaxonomyIndex, backend: ModelBackend) -> TaxonomyIndex:
+    """The index with the general topics that compete with its leaves (agent_tools/taxonomy_outside.py)."""
+    from agent_tools.taxonomy_outside import outside_topics
+
+    vectors, names = await outside_topics(backend, index.model, index.vectors[1:])
+    index.outside, index.outside_names = vectors, tuple(names)
+    return index
 
 
 def score_level(vectors: np.ndarray, leaves: np.ndarray, reference: np.ndarray, names: np.ndarray) -> float:
@@ -221,7 +233,7 @@ class IndexCache:
         self._building[key] = future
         try:
             if fitted is not None:
-                index = await asyncio.to_thread(load_fitted, fitted, t, model)
+                index = await with_outside(await asyncio.to_thread(load_fitted, fitted, t, model), backend)
             else:
                 index = await build_index(t, backend, model)
         except BaseException as e:

@@ -13,6 +13,7 @@ import pytest
 import agent_tools
 from agent_tools.config import ToolSettings
 from agent_tools.errors import TaxonomyError
+from agent_tools.taxonomy_outside import off_topics
 from engine.errors import InvalidInput, PayloadTooLarge
 from tests.agent_tools_support import PRODUCTS, generated_tree
 
@@ -104,8 +105,9 @@ def test_a_50000_leaf_taxonomy_stays_fast(engine: Any, tiny_bert: Path, tmp_path
         return r, time.perf_counter() - t0
 
     first, indexed = call(texts[:1])
-    # every node's own and path texts (the same text once: 50 top-level nodes), 256 reference names, the text
-    assert first["model_calls"]["encode_items"] == 2 * 52_550 - 50 + 256 + 1
+    # every node's own and path texts (the same text once: 50 top-level nodes), 256 reference names, the
+    # general topics outside the taxonomy, the text
+    assert first["model_calls"]["encode_items"] == 2 * 52_550 - 50 + 256 + len(off_topics()) + 1
     second, warm = call(texts)
     assert second["model_calls"]["encode_items"] == 100  # the node vectors are cached by the taxonomy's hash
     _, flat_s = call(texts, strategy="flat")

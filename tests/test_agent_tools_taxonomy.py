@@ -75,8 +75,13 @@ def test_texts_matching_no_leaf_stop_at_the_deepest_confident_node(engine: Any) 
         f"\nno-leaf texts: {sum(stopped)}/{len(data)} stopped above the leaves;"
         f" {sum(r['label'] == '' for r in unrelated)}/{len(unrelated)} unrelated texts returned the root"
     )
-    assert np.mean(stopped) >= 0.5
+    # The default threshold keeps top-1 leaf accuracy at flat's (it was chosen so on another set), so most
+    # no-leaf texts that are near the catalogue still get a leaf; unrelated ones meet a general topic instead.
+    assert np.mean(stopped) >= 0.25
     assert sum(r["label"] == "" for r in unrelated) >= 0.5 * len(unrelated)
+    assert sum(r["off_topic"] is not None for r in unrelated) >= 0.5 * len(unrelated)
+    cautious = classify(engine, [d["text"] for d in data], threshold=0.3)
+    assert np.mean([not r["is_leaf"] for r in cautious]) >= 0.5  # a higher threshold stops more of them
     forced = classify(engine, [d["text"] for d in data], threshold=0)
     assert all(r["is_leaf"] for r in forced)  # without a threshold every one of them gets a (wrong) leaf
     for r in results:

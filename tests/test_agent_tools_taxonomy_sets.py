@@ -37,9 +37,10 @@ def test_held_out_sets_beat_flat_and_are_calibrated(rows: list[dict[str, Any]]) 
         assert tool["hf1"] > flat["hf1"]  # the hierarchy and the broader answers pay on every set
         assert tool["best_leaf"] >= flat["best_leaf"] - 0.01
         assert tool["ece"] <= 0.10  # confidence means the same on taxonomies it was not tuned on
-        assert tool["leaf_texts_empty"] <= 0.15
+        assert tool["top1_leaf"] >= flat["top1_leaf"] - 0.04  # broader answers cost few right leaves
+        assert tool["leaf_texts_empty"] <= 0.10
         assert tool["nofit_ok"] >= 0.3
-        assert tool["ece"] <= former["ece"] - 0.05  # the absolute constants' confidence is off by twice as much
+        assert tool["ece"] < former["ece"]  # the absolute constants' confidence is further off
     mean = sum(r["tool"]["hf1"] - r["flat"]["hf1"] for r in rows) / len(rows)
     assert mean >= 0.02
     assert sum(r["shots"]["1"] for r in rows) > sum(r["shots"]["0"] for r in rows)  # one labelled text helps
