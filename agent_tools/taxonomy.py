@@ -13,24 +13,21 @@ the text's own score distribution over a fixed sample of reference leaves, then 
 on labelled texts (the default on one set; `shoal taxonomy fit` per taxonomy). The answer is the deepest
 node on the best path whose confidence reaches `threshold` (0 always returns a leaf), with the score and
 confidence of every level and the runner-up leaves. With a reranker, or with `temperature` or `none_score`
-given, the confidence is the plain subtree mass at those absolute levels. `strategy="flat"` scores every
-leaf the same way, without pruning.
+given, the confidence is the plain subtree mass at those absolute levels. The batch entry points and the
+flat strategy (every leaf scored the same way, without pruning) are in agent_tools/taxonomy_classify.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from agent_tools.results import leaf_out, node_out
 from agent_tools.taxonomy_calibration import probability, spread
-from agent_tools.taxonomy_index import IndexCache, TaxonomyIndex
-from agent_tools.taxonomy_tree import Taxonomy
+from agent_tools.taxonomy_index import TaxonomyIndex
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,7 +38,6 @@ if TYPE_CHECKING:
 EMBED_DEFAULTS = (0.03, 0.3)  # (temperature, none_score) when only one of them is given, for cosines
 RERANK_DEFAULTS = (0.1, 0.5)  # the same for cross-encoder probabilities
 DEFAULT_THRESHOLD = 0.1  # the highest keeping top-1 leaf at flat's on bench/data/taxonomy/support (chosen there only)
-FLAT_CHUNK = 64  # texts scored against every node at once by the flat strategy
 Outside = tuple[float, str | None]  # (similarity, name) of the closest general topic outside the taxonomy
 
 
@@ -63,6 +59,9 @@ class ClassifyOptions(BaseModel):
         le=10,
         description="absolute softmax temperature of the confidence (default: calibrated to each text's scores; "
         "0.1 with a reranker)",
+    )
+    sentences: bool = Field(
+        False, description="also score a text of several sentences by its best sentence (mean of the two scores)"
     )
     off_topic: bool = Field(
         True,
@@ -146,11 +145,16 @@ class Search:
 
 
 def similarities(vectors: np.ndarray, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Cosine similarity of some unit rows with the query. einsum, not `@`: for one text a threaded BLAS
-    matrix-vector product costs a fixed ~10 ms of thread start-up on a busy CPU, more than the sums."""
+    """Cosine similarity of some unit rows with the query: one vector (dim,), or a text and its sentences
+    (1 + sentences, dim), scored as the mean of the whole text's similarity and the best sentence's. einsum,
+    not `@`: for one text a threaded BLAS matrix-vector product costs a fixed ~10 ms of thread start-up on a
+    busy CPU, more than the sums."""
     import numpy as np
 
-    return np.einsum("ij,j->i", vectors[rows], query)
+    if query.ndim == 1:
+        return np.einsum("ij,j->i", vectors[rows], query)
+    sims = np.einsum("ij,kj->ik", vectors[rows], query)  # (rows, 1 + sentences)
+    return (sims[:, 0] + sims[:, 1:].max(axis=1)) / 2
 
 
 def children_of(ix: TaxonomyIndex, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -182,7 +186,7 @@ def closest_outside(index: TaxonomyIndex, query: np.ndarray, opts: ClassifyOptio
     off = not opts.off_topic or opts.threshold == 0 or opts.rerank_model  # threshold 0: always a leaf
     if off or index.outside is None or not len(index.outside):
         return float("-inf"), None
-    sims = np.einsum("ij,j->i", index.outside, query)
+    sims = similarities(index.outside, np.arange(len(index.outside)), query)
     k = int(sims.argmax())
     return float(sims[k]), index.outside_names[k]
 
@@ -207,21 +211,6 @@ async def run_beam_reranked(
         level.scores = level.plain = await backend.score(opts.rerank_model or "", text, texts)
         search.advance(level)
     return search
-
-
-def flat_scores(index: TaxonomyIndex, queries: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray]:
-    """(leaf similarity, leaf path score) for every leaf and every text: the tree without pruning."""
-    import numpy as np
-
-    sims = queries @ index.vectors.T  # (texts, nodes)
-    acc = np.zeros_like(sims)
-    inner = ~index.is_leaf
-    inner[0] = False
-    for d in range(1, int(index.depth.max()) + 1):
-        nodes = np.flatnonzero(inner & (index.depth == d))
-        acc[:, nodes] = acc[:, index.parent[nodes]] + sims[:, nodes]
-    leaves = index.leaves
-    return sims[:, leaves], sims[:, leaves] + weight * acc[:, index.parent[leaves]]
 
 
 def decide(
@@ -293,44 +282,6 @@ def calibration(opts: ClassifyOptions) -> tuple[float, float]:
     return opts.temperature or temperature, none_score if opts.none_score is None else opts.none_score
 
 
-async def classify(
-    texts: list[str],
-    taxonomy: Taxonomy,
-    backend: ModelBackend,
-    model: str,
-    opts: ClassifyOptions,
-    cache: IndexCache,
-    fitted: Path | None = None,
-) -> list[Classified]:
-    """Classify a batch: one encode call for all texts; the node vectors come from the cache (or from a
-    fitted index file)."""
-    index = await cache.get(taxonomy, backend, model, fitted)
-    return await classify_index(texts, index, backend, model, opts)
-
-
-async def classify_index(
-    texts: list[str], index: TaxonomyIndex, backend: ModelBackend, model: str, opts: ClassifyOptions
-) -> list[Classified]:
-    """Classify a batch against a built index."""
-    queries = await backend.embed(model, texts, is_query=True)
-    if opts.strategy == "flat":
-        return await flat(index, texts, queries, opts, backend)
-    if not opts.rerank_model:
-        return await asyncio.to_thread(_beam_batch, index, queries, opts)
-    slots = asyncio.Semaphore(8)
-
-    async def one(text: str, query: np.ndarray) -> Classified:
-        async with slots:
-            search = await run_beam_reranked(index, query, text, opts, backend)
-        return _answer(search)
-
-    return list(await asyncio.gather(*(one(t, q) for t, q in zip(texts, queries, strict=True))))
-
-
-def _beam_batch(index: TaxonomyIndex, queries: np.ndarray, opts: ClassifyOptions) -> list[Classified]:
-    return [_answer(run_beam(index, q, opts)) for q in queries]
-
-
 def _answer(search: Search) -> Classified:
     import numpy as np
 
@@ -346,50 +297,3 @@ def _answer(search: Search) -> Classified:
         search.stats,
         search.outside,
     )
-
-
-async def flat(
-    index: TaxonomyIndex, texts: list[str], queries: np.ndarray, opts: ClassifyOptions, backend: ModelBackend
-) -> list[Classified]:
-    """Every leaf scored (by similarity, or by the cross-encoder when one is given): the unpruned baseline."""
-    import numpy as np
-
-    leaves = index.leaves
-    out = []
-    for k, text in enumerate(texts):
-        if k % FLAT_CHUNK == 0:  # (texts x nodes) matrices, a chunk of texts at a time
-            sims, path_scores = await asyncio.to_thread(
-                flat_scores, index, queries[k : k + FLAT_CHUNK], opts.ancestor_weight
-            )
-        leaf_scores = sims[k % FLAT_CHUNK].astype(np.float64)
-        paths = path_scores[k % FLAT_CHUNK].astype(np.float64)
-        if opts.rerank_model:
-            t = index.taxonomy
-            leaf_scores = (await backend.score(opts.rerank_model, text, [t.node_text(int(i)) for i in leaves])).astype(
-                np.float64
-            )
-            paths = leaf_scores
-        node_score = _LazyScores(index, queries[k], leaves, leaf_scores)
-        stats = spread(similarities(index.vectors, index.reference, queries[k]))
-        outside = closest_outside(index, queries[k], opts)
-        out.append(decide(index, leaves, leaf_scores, paths, node_score, opts, stats, outside))
-    return out
-
-
-class _LazyScores(Mapping[int, float]):
-    """Per-level scores for the flat answer: a leaf's own score, an internal node's prototype similarity."""
-
-    def __init__(self, index: TaxonomyIndex, query: np.ndarray, leaves: np.ndarray, scores: np.ndarray) -> None:
-        self.index, self.query = index, query
-        self.leaf_score = dict(zip(leaves.tolist(), scores.tolist(), strict=True))
-
-    def __getitem__(self, node: int) -> float:
-        if node in self.leaf_score:
-            return self.leaf_score[node]
-        return float(self.index.vectors[node] @ self.query)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.leaf_score)
-
-    def __len__(self) -> int:
-        return len(self.leaf_score)

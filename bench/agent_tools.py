@@ -58,7 +58,8 @@ async def bench_taxonomy(
 ) -> dict[str, Any]:
     """Beam vs flat on one taxonomy: index build, throughput, work per text, accuracy, cross-encoder calls."""
     from agent_tools.backend import ModelBackend
-    from agent_tools.taxonomy import ClassifyOptions, _answer, classify, flat, run_beam
+    from agent_tools.taxonomy import ClassifyOptions, _answer, run_beam
+    from agent_tools.taxonomy_classify import classify, flat
     from agent_tools.taxonomy_index import IndexCache
 
     cache = IndexCache()
@@ -73,7 +74,7 @@ async def bench_taxonomy(
     beam_answers = [_answer(s) for s in searches]
     beam_search_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    flat_answers = await flat(index, texts, queries, opts, ModelBackend(engine))
+    flat_answers = await flat(index, texts, list(queries), opts, ModelBackend(engine))
     flat_search_s = time.perf_counter() - t0
 
     end_to_end = {}

@@ -149,3 +149,31 @@ def test_cross_encoder_rescoring_scores_the_shortlist(engine: Any, tmp_path: Pat
         texts=texts[:1], taxonomy="products", client=engine, settings=SETTINGS, rerank_model=ce, strategy="flat"
     )
     assert flat["model_calls"]["score_pairs"] == 302  # flat rescoring pays for every leaf
+
+
+def test_a_long_message_is_also_scored_by_its_best_sentence(engine: Any) -> None:
+    from agent_tools.taxonomy import similarities
+
+    long = (
+        "I have ordered from you for years and the deliveries are usually on time. "
+        "The website is fine and the prices are fair. "
+        "This time I need a cordless drill with two batteries."
+    )
+    texts = [long, "tulip bulbs"]
+    r = agent_tools.classify_taxonomy(
+        texts=texts, taxonomy="products", client=engine, settings=SETTINGS, sentences=True, threshold=0
+    )
+    assert r["model_calls"]["encode_items"] == 2 + 3  # both texts, and the three sentences of the long one
+    whole = classify(engine, texts, threshold=0)
+    assert r["results"][1] == whole[1]  # one sentence: scored exactly as before
+    flat = agent_tools.classify_taxonomy(
+        texts=texts, taxonomy="products", client=engine, settings=SETTINGS, sentences=True, threshold=0, strategy="flat"
+    )
+    assert flat["results"][0]["best_leaf"]["label"] == r["results"][0]["best_leaf"]["label"]
+    # the score is the mean of the whole text's and the best sentence's similarity
+    rows = np.eye(4, dtype=np.float32)
+    query = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0.5, 0]], dtype=np.float32)
+    assert similarities(rows, np.arange(4), query).tolist() == [0.5, 0.5, 0.25, 0.0]
+    assert similarities(rows, np.arange(4), query[0]).tolist() == [1, 0, 0, 0]
+    drill = r["results"][0]["best_leaf"]["label"]
+    assert "Drill" in drill or "drill" in drill.lower(), drill  # the last sentence names it
