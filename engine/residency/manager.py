@@ -24,10 +24,9 @@ from engine.model.loaded import LoadedModel, Loader, LoadSpec
 from engine.model.loader import load
 from engine.model.lora import AdapterCache
 from engine.model.memory import FaultInjector, free_cuda_cache
-from engine.model.packed import PackedModel
 from engine.model.precision import device_profile
 from engine.residency import footprint
-from engine.residency.autotune import BackgroundTuner, Outcome, Tuner
+from engine.residency.autotune import BackgroundTuner, Outcome, Tunable, Tuner, tunable
 from engine.residency.ledger import DEVICE, DISK, HOST, Entry, Ledger, LoadRecord
 from engine.residency.reports import PrecisionState
 from engine.residency.tune import ProfileStore
@@ -246,7 +245,7 @@ class ResidencyManager:
         finally:
             self._reserved -= need
             self._notify()
-        if isinstance(loaded, PackedModel) and self.tuner.wanted(card, loaded, self.device):
+        if tunable(loaded) and self.tuner.wanted(card, loaded, self.device):
             self.tuner.start(loaded, self._swap)  # float32 serves meanwhile
         pinned = card.pinned or card.id in self.pins
         self._entries[card.id] = Entry(card.id, loaded, DEVICE, loaded.tensor_bytes(), reserve, self._clock(), pinned)
@@ -262,7 +261,7 @@ class ResidencyManager:
                 log.warning("device over budget after loading %s: %s", card.id, exc.message)
         return loaded
 
-    def _swap(self, reference: PackedModel, outcome: Outcome) -> None:
+    def _swap(self, reference: Tunable, outcome: Outcome) -> None:
         """Serve the precision a background tune chose, if the model it tuned is still the one on the device."""
         e = self._entries.get(reference.card.id)
         if e is None or e.loaded is not reference or e.tier != DEVICE or e.moving:
