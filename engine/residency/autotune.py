@@ -266,6 +266,10 @@ class BackgroundTuner:
         for task in list(self._tasks.values()):
             await asyncio.gather(task, return_exceptions=True)
 
+    def loads_in(self, card: ModelCard, device: str) -> str:
+        """The precision the model's own entry loads in on this device: recorded, pinned, or the card's."""
+        return device_profile(self.tuned(card, device), device, self.settings.precision).name
+
     def tuned(self, card: ModelCard, device: str) -> ModelCard:
         """The card with the profile recorded for this device kind applied (as it is, when none is)."""
         profile = self.store.get(card.id, device_kind(device))
