@@ -23,6 +23,7 @@ from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestPar
 from engine.tasks.task import Task
 from tests.extract_support import LABELS
 from tests.helpers import make_tiny_bert
+from tests.test_autotune import GOOD, BlockedTuner
 from tests.tiny_models import make, write_card
 
 REDUCED = [p for p in available("cpu") if p != "float32"]
@@ -150,3 +151,19 @@ async def test_a_card_can_pin_float32_and_is_never_tuned(tiny: str, tmp_path: Pa
         assert engine.registry.tuner.running("tiny/pinned") is False
     assert reply["precision"] == "float32" and shown["precision"] == "float32"
     assert "the model card asks for float32" in shown["reason"] and not (tmp_path / "p.json").exists()
+
+
+async def test_float32_asked_while_tuning_then_after_the_switch(tiny: str, tmp_path: Path) -> None:
+    """While the tune runs, the model's own entry is float32 and serves a float32 request; once the tune has
+    switched it to another precision, float32 requests get an entry of their own."""
+    tuner = BlockedTuner()
+    settings = EngineSettings(profile_store=tmp_path / "profiles.json", auto_tune=True)
+    async with AsyncEngine(settings, tuner=tuner) as engine:
+        during = await engine.run(tiny, asking("float32"))
+        assert tuner.entered.wait(30) and engine.registry.ledger.loads == 1
+        tuner.gate.set()
+        await engine.registry.tuner.wait(tiny)
+        after = await engine.run(tiny, asking("float32"))
+        default = await engine.run(tiny, asking(None))
+        assert engine.registry.ledger.loads == 2
+    assert during["precision"] == after["precision"] == "float32" and default["precision"] == GOOD
