@@ -167,3 +167,16 @@ async def test_float32_asked_while_tuning_then_after_the_switch(tiny: str, tmp_p
         default = await engine.run(tiny, asking(None))
         assert engine.registry.ledger.loads == 2
     assert during["precision"] == after["precision"] == "float32" and default["precision"] == GOOD
+
+
+@pytest.mark.nats
+async def test_over_nats_the_asked_precision_travels_with_the_task(tiny: str, tmp_path: Path) -> None:
+    from tests.nats_support import NatsServer
+
+    server = NatsServer(tmp_path / "js").start()
+    try:
+        async with AsyncEngine(tuned_settings(tmp_path, tiny, queue_url=server.url)) as engine:
+            tuned, exact = await engine.run(tiny, asking(None)), await engine.run(tiny, asking("float32"))
+    finally:
+        server.stop()
+    assert tuned["precision"] == TUNED and exact["precision"] == "float32"
