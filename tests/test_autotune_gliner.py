@@ -126,3 +126,19 @@ async def test_first_gliner_load_tunes_records_and_a_restart_reuses_it(
         assert (await engine.model(model))["precision_in_use"]["precision"] == GOOD
         assert engine.registry.tuner.running(model) is False
     assert again.calls == 0 and tuner.calls == 1
+
+
+@pytest.mark.skipif("int8" not in available("cpu"), reason="this CPU offers no int8")
+def test_a_recorded_int8_gliner_loads_quantised(gliner_dirs: dict[str, Path], reference: GlinerModel) -> None:
+    """What a restart loads for an int8 record: the Linear layers quantised, entities still found."""
+    from engine.catalogue.weights import resolve_weights
+    from engine.model.loaded import LoadSpec
+    from engine.model.loader import load
+    from engine.model.lora import AdapterCache
+
+    card = reference.card
+    spec = LoadSpec(card, resolve_weights(card), "cpu", device_profile(card, "cpu", "int8"), AdapterCache())
+    loaded = load(spec)
+    assert isinstance(loaded, GlinerModel) and loaded.precision.name == "int8"
+    assert any(isinstance(m, Int8Linear) for m in loaded.runtime.modules())
+    assert loaded.tensor_bytes() < reference.tensor_bytes()
