@@ -19,11 +19,12 @@ from engine.client.calls import ModelCalls
 from engine.client.retry import NO_RETRY, RetryPolicy
 from engine.client.sync import SyncFacade
 from engine.config import EngineSettings
-from engine.errors import DeadlineExceeded
+from engine.errors import DeadlineExceeded, InvalidInput
 from engine.metrics import QUEUE_DEPTH
 from engine.model.loaded import Loader
 from engine.model.loader import load
 from engine.model.memory import FaultInjector
+from engine.model.precision import available
 from engine.model.threads import apply_threads
 from engine.model.tokenizer import TextTokenizer, tokenizer_for
 from engine.queue.admission import Admission
@@ -134,12 +135,20 @@ class AsyncEngine(ModelCalls):
         return card
 
     def annotate(self, model: str, req: NativeRequest, tenant: str | None = None) -> Task:
-        """A native request as a typed task, every default resolved against the card of a model serving it."""
+        """A native request as a typed task, every default resolved against the card of a model serving it; 400
+        for a precision (options.precision) this engine's device does not offer."""
         if isinstance(req, EncodeRequest):
-            return encode_task(self.serving(model, "encode"), req, self.settings, tenant)
-        if isinstance(req, ScoreRequest):
-            return score_task(self.serving(model, "score"), req, self.settings, tenant)
-        return extract_task(self.serving(model, "extract"), req, self.settings, tenant)
+            task = encode_task(self.serving(model, "encode"), req, self.settings, tenant)
+        elif isinstance(req, ScoreRequest):
+            task = score_task(self.serving(model, "score"), req, self.settings, tenant)
+        else:
+            task = extract_task(self.serving(model, "extract"), req, self.settings, tenant)
+        device = self.settings.device
+        if task.precision is not None and task.precision not in (offered := available(device)):
+            raise InvalidInput(
+                f"options.precision: this server's device ({device}) does not offer {task.precision}; it offers {offered}"
+            )
+        return task
 
     def read_encode(self, model: str, body: object) -> EncodeRequest:
         """An encode wire body validated as the native request (the model checked first)."""

@@ -147,8 +147,8 @@ def test_stored_int8_profile_serves_requests(tiny: str, tmp_path: Path) -> None:
     with shoal.Engine(profile_store=store) as engine:
         int8 = np.stack([r["dense"] for r in engine.encode(tiny, texts)])
         loaded = engine.core.registry.ledger  # what residency loaded is the int8 backbone
-        model = engine.core.registry._entries[tiny].loaded  # noqa: SLF001 - reading, not setting
-        assert model.precision.name == "int8" and loaded.records
+        in_use = engine.core.registry.precision_in_use(engine.core.card(tiny))
+        assert in_use["precision"] == "int8" and loaded.records
     with shoal.Engine(profile_store=tmp_path / "none.json") as engine:
         fp32 = np.stack([r["dense"] for r in engine.encode(tiny, texts)])
     assert np.all(np.sum(int8 * fp32, axis=1) > 0.95)

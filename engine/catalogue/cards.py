@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -13,6 +13,8 @@ TaskKind = Literal["encode", "score", "extract"]
 OutputType = Literal["dense", "sparse", "multivector", "score", "entities", "classifications"]
 Pooling = Literal["cls", "mean", "last"]
 Family = Literal["bert", "xlm_roberta", "modernbert", "qwen3", "llama", "gliner"]
+Precision = Literal["float32", "float16", "bfloat16", "int8"]  # how the weights run (engine/model/precision.py)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
 class WeightSource(BaseModel):
@@ -34,7 +36,7 @@ class Profile(BaseModel):
 
     max_batch_tokens: int = 8192
     max_batch_items: int = 256
-    dtype: Literal["float32", "float16", "bfloat16", "int8"] = Field(
+    dtype: Precision = Field(
         default="float32",
         description="precision; int8 quantises the linear layers (CPU). See engine/model/precision.py",
     )

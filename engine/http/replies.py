@@ -56,6 +56,8 @@ async def native_reply(request: Request, result: Result) -> Response:
     encoded off the event loop."""
     media = response_type(request.headers.get("accept"), request.headers.get("content-type"))
     headers = timing_headers(result.get("timing", {}))
+    if "precision" in result:
+        headers["X-Precision"] = result["precision"]  # the precision of the model that served the request
     items = result.get("items")  # encode and extract results; a score result has none
     with timed("serialise"):
         if isinstance(items, list) and len(items) > OFFLOAD_ITEMS:

@@ -13,6 +13,7 @@ for a folder that carries its tokenizer and its encoder's config.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,10 +26,11 @@ from torch import Tensor
 
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.inference import read_object
-from engine.errors import ModelLoadFailed
+from engine.errors import InvalidInput, ModelLoadFailed
 from engine.model import memory
 from engine.model.loaded import LoadSpec
-from engine.model.precision import DeviceProfile
+from engine.model.precision import DeviceProfile, device_profile, supported
+from engine.model.quantize import quantize_linears
 
 if TYPE_CHECKING:  # the types only: transformers is imported when a GLiNER model loads
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
@@ -93,6 +95,19 @@ class GlinerModel:
         if device != self.device:
             memory.move_modules([self.runtime], device)
             self.device = device
+
+    def variant(self, precision: str) -> GlinerModel:
+        """A copy of this (float32) model in another precision of its device, sharing the tokenizers: what the
+        quality gate compares and auto-tune measures. int8 quantises every Linear layer (the LSTM and
+        embeddings stay float32)."""
+        profile = device_profile(self.card, self.device, precision)
+        if profile.name != precision:
+            raise InvalidInput(f"{self.device} cannot run precision {precision!r}; it runs {supported(self.device)}")
+        processor = self.runtime.data_processor
+        runtime = copy.deepcopy(self.runtime, {id(processor): processor}).to(dtype=profile.dtype)
+        if profile.quantized:
+            quantize_linears(runtime)
+        return dataclasses.replace(self, runtime=runtime, precision=profile, _collator=None)
 
     # -- words and tokens --------------------------------------------------------------------------
 
@@ -256,6 +271,8 @@ def load_gliner(spec: LoadSpec) -> GlinerModel:
         raise ModelLoadFailed(f"{spec.folder} has no gliner_config.json; it is not a GLiNER checkpoint")
     try:
         runtime = build_runtime(spec.folder, config, spec.device, spec.precision.dtype)
+        if spec.precision.quantized:
+            quantize_linears(runtime)
     except ModelLoadFailed:
         raise
     except (OSError, KeyError, TypeError, ValueError) as e:

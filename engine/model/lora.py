@@ -136,13 +136,13 @@ class AdapterCache:
         self.capacity = max(1, capacity)
         self.lora_dir = lora_dir
         self.local = local  # adapter names may be any local folder (engine.catalogue.folders)
-        self._items: OrderedDict[tuple[str, str], Adapter] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, str], Adapter] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, model: str, name: str, load: Callable[[], Adapter]) -> Adapter:
-        """The cached adapter, or `load()`'s (then cached)."""
-        key = (model, name)
+    def get(self, model: str, name: str, load: Callable[[], Adapter], precision: str = "float32") -> Adapter:
+        """The cached adapter, or `load()`'s (then cached); read apart for each precision the model runs in."""
+        key = (model, name, precision)
         with self._lock:
             adapter = self._items.get(key)
             if adapter is not None:

@@ -134,7 +134,7 @@ class PackedModel:
             renames = FAMILIES[self.card.family].renames
             return lora.read_adapter(name, folder, renames, self.device, self.dtype)
 
-        adapter = self.adapters.get(self.card.id, name, read)
+        adapter = self.adapters.get(self.card.id, name, read, self.precision.name)
         lora.install(self.backbone, adapter)
         return adapter
 

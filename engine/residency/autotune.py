@@ -1,7 +1,8 @@
 """Tuned by default: a model's first load on a device kind gates each precision the device offers, in the background.
 
 float32 serves while the gate runs. Every precision `available()` offers besides float32 runs the shipped gate
-set (engine/residency/gate.py) next to the float32 model already loaded; the gate run is also the speed
+set next to the float32 model already loaded (embedders and cross-encoders: engine/residency/gate.py; GLiNER
+models: their entities, engine/residency/entity_gate.py); the gate run is also the speed
 measurement (tokens per second on this machine, under whatever else it is doing), so nothing is assumed
 from the instruction set. The fastest precision that passed, and beat float32 by MIN_SPEEDUP, is recorded in
 the profile store and swapped in; a restart reads the record and loads that precision directly.
@@ -15,13 +16,23 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from engine.catalogue.cards import ModelCard, Profile
 from engine.config import EngineSettings
 from engine.errors import InvalidInput
+from engine.model.gliner_runtime import GlinerModel
 from engine.model.packed import PackedModel
 from engine.model.precision import available, device_profile, profile_slot
-from engine.residency.gate import GateSet, compare, gate_run, load_gate_set
+from engine.residency.entity_gate import (
+    EntityGateResult,
+    EntityRun,
+    EntitySet,
+    compare_entities,
+    entity_run,
+    load_entity_set,
+)
+from engine.residency.gate import GateResult, GateRun, GateSet, compare, gate_run, load_gate_set
 from engine.residency.ledger import Entry
 from engine.residency.reports import GateFigures, PrecisionState, TuneReport
 from engine.residency.store import ProfileStore, device_kind
@@ -31,12 +42,57 @@ log = logging.getLogger("shoal.residency")
 MIN_SPEEDUP = 1.05  # a precision replaces float32 only when its gate run is at least this much faster
 WARMUP_TEXTS = 8  # texts run once, untimed, before a precision's timed gate run (kernel set-up, caches)
 
-Variant = Callable[[PackedModel, str], PackedModel]
+Tunable = PackedModel | GlinerModel  # the models a gate can measure: our backbones, and GLiNER's
+Variant = Callable[[Tunable, str], Tunable]
 
 
-def make_variant(reference: PackedModel, precision: str) -> PackedModel:
+def tunable(loaded: object) -> TypeGuard[Tunable]:
+    return isinstance(loaded, PackedModel | GlinerModel)
+
+
+def make_variant(reference: Tunable, precision: str) -> Tunable:
     """The reference model in another precision (what the engine would serve)."""
     return reference.variant(precision)
+
+
+@dataclass(frozen=True)
+class GateData:
+    """What the gates read: the retrieval set (embedders, cross-encoders) and the entity set (GLiNER)."""
+
+    retrieval: GateSet | None = None
+    entities: EntitySet | None = None
+
+    @classmethod
+    def of(cls, model: Tunable, retrieval: GateSet | None, entities: EntitySet | None) -> GateData:
+        """The set `model`'s gate reads, loaded from the shipped file when not given."""
+        if isinstance(model, GlinerModel):
+            return cls(entities=entities or load_entity_set())
+        return cls(retrieval=retrieval or load_gate_set())
+
+    def warm(self, model: Tunable) -> None:
+        """A few texts run once, untimed, before a timed run (kernel set-up, caches)."""
+        if isinstance(model, GlinerModel):
+            assert self.entities is not None
+            entity_run(model, self.entities, WARMUP_TEXTS)
+        else:
+            assert self.retrieval is not None
+            passages = self.retrieval.passages[:WARMUP_TEXTS]
+            model.forward(model.encode_texts(passages, truncate=True))
+
+    def run(self, model: Tunable) -> GateRun | EntityRun:
+        """One timed pass of `model` over its set."""
+        if isinstance(model, GlinerModel):
+            assert self.entities is not None
+            return entity_run(model, self.entities)
+        assert self.retrieval is not None
+        return gate_run(model, self.retrieval)
+
+    @staticmethod
+    def compare(ref: GateRun | EntityRun, run: GateRun | EntityRun, name: str) -> GateResult | EntityGateResult:
+        if isinstance(ref, EntityRun) and isinstance(run, EntityRun):
+            return compare_entities(ref, run, name)
+        assert isinstance(ref, GateRun) and isinstance(run, GateRun)
+        return compare(ref, run, name)
 
 
 @dataclass
@@ -45,10 +101,10 @@ class Outcome:
 
     profile: Profile
     report: TuneReport
-    model: PackedModel
+    model: Tunable
     complete: bool = True  # False when it was stopped before every precision was tried: not recorded
 
-    def serving(self, card: ModelCard, device: str) -> PackedModel:
+    def serving(self, card: ModelCard, device: str) -> Tunable:
         """The chosen model, carrying `card` with the tuned profile applied and its precision, ready to serve."""
         card = apply_profile(card, self.profile, device)
         self.model.card = card
@@ -57,13 +113,15 @@ class Outcome:
         return self.model
 
 
-Tuner = Callable[[PackedModel, threading.Event], Outcome]
+Tuner = Callable[[Tunable, threading.Event], Outcome]
+Swap = Callable[[Tunable, Outcome], None]
 
 
 def gateable(card: ModelCard) -> bool:
     """Whether the quality gate has a measure for this card's outputs."""
     encodes = "encode" in card.tasks and bool({"dense", "sparse", "multivector"} & set(card.outputs))
-    return encodes or (card.score is not None and card.score.kind == "classifier")
+    entities = card.family == "gliner" and card.extract is not None and card.extract.kind == "gliner"
+    return encodes or entities or (card.score is not None and card.score.kind == "classifier")
 
 
 def card_precision(card: ModelCard, device: str) -> str | None:
@@ -77,11 +135,12 @@ def card_precision(card: ModelCard, device: str) -> str | None:
 
 
 def auto_tune(
-    reference: PackedModel,
+    reference: Tunable,
     stop: threading.Event | None = None,
     *,
     budget_s: float = 60.0,
     gate_set: GateSet | None = None,
+    entity_set: EntitySet | None = None,
     precisions: list[str] | None = None,
     variant: Variant = make_variant,
     min_speedup: float = MIN_SPEEDUP,
@@ -89,33 +148,33 @@ def auto_tune(
     """Gate and time each of `precisions` (default: every one the device offers) against the float32
     `reference`; pick the fastest that passed, if it beat float32 by `min_speedup`. No further precision starts
     after `budget_s` seconds or once `stop` is set."""
-    data = gate_set or load_gate_set()
+    data = GateData.of(reference, gate_set, entity_set)
     started = time.monotonic()
-    _warm(reference, data)
-    ref = gate_run(reference, data)
+    data.warm(reference)
+    ref = data.run(reference)
     speeds = {"float32": ref.tokens_per_s}
     gates: dict[str, GateFigures] = {}
     skipped: list[str] = []
-    best: PackedModel | None = None  # the fastest candidate that passed so far
+    best: Tunable | None = None  # the fastest candidate that passed so far
     for name in [n for n in precisions or available(reference.device) if n != "float32"]:
         if (stop is not None and stop.is_set()) or time.monotonic() - started > budget_s:
             skipped.append(name)
             continue
         try:
             model = variant(reference, name)
-            _warm(model, data)
-            run = gate_run(model, data)
+            data.warm(model)
+            run = data.run(model)
         except Exception as exc:  # noqa: BLE001 - a precision that cannot run is refused, never served
             gates[name] = {"precision": name, "passed": False, "error": f"{type(exc).__name__}: {exc}"}
             continue
-        result = compare(ref, run, name)
+        result = data.compare(ref, run, name)
         gates[name] = result.as_dict()
         speeds[name] = run.tokens_per_s
         if result.passed and (best is None or run.tokens_per_s > speeds[best.precision.name]):
             best = model
         del model
     if best is not None:  # float32 timed again after the candidates: its first run also paid for warming up
-        speeds["float32"] = max(speeds["float32"], gate_run(reference, data).tokens_per_s)
+        speeds["float32"] = max(speeds["float32"], data.run(reference).tokens_per_s)
     fast = best is not None and speeds[best.precision.name] >= min_speedup * speeds["float32"]
     chosen = best if best is not None and fast else reference
     name = chosen.precision.name
@@ -130,11 +189,6 @@ def auto_tune(
         "skipped": skipped,
     }
     return Outcome(profile, report, chosen, complete=stop is None or not stop.is_set())
-
-
-def _warm(model: PackedModel, data: GateSet) -> None:
-    seqs = model.encode_texts(data.passages[:WARMUP_TEXTS], truncate=True)
-    model.forward(seqs)
 
 
 def _reason(name: str, speeds: dict[str, float], gates: dict[str, GateFigures], min_speedup: float) -> str:
@@ -161,7 +215,7 @@ class BackgroundTuner:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = threading.Event()
 
-    def _default(self, reference: PackedModel, stop: threading.Event) -> Outcome:
+    def _default(self, reference: Tunable, stop: threading.Event) -> Outcome:
         return auto_tune(reference, stop, budget_s=self.settings.auto_tune_budget_s)
 
     def running(self, model: str) -> bool:
@@ -173,7 +227,7 @@ class BackgroundTuner:
         return (
             s.auto_tune
             and s.precision is None
-            and isinstance(loaded, PackedModel)
+            and tunable(loaded)
             and loaded.precision.name == "float32"
             and card.id not in self._tasks
             and card_precision(card, device) is None
@@ -182,11 +236,11 @@ class BackgroundTuner:
             and self.store.get(card.id, device_kind(device)) is None
         )
 
-    def start(self, loaded: PackedModel, swap: Callable[[PackedModel, Outcome], None]) -> None:
+    def start(self, loaded: Tunable, swap: Swap) -> None:
         model = loaded.card.id
         self._tasks[model] = asyncio.create_task(self._run(loaded, swap), name=f"shoal-tune-{model}")
 
-    async def _run(self, loaded: PackedModel, swap: Callable[[PackedModel, Outcome], None]) -> None:
+    async def _run(self, loaded: Tunable, swap: Swap) -> None:
         model = loaded.card.id
         try:
             outcome = await asyncio.to_thread(self._tune, loaded, self._stop)
@@ -211,6 +265,10 @@ class BackgroundTuner:
         self._stop.set()
         for task in list(self._tasks.values()):
             await asyncio.gather(task, return_exceptions=True)
+
+    def loads_in(self, card: ModelCard, device: str) -> str:
+        """The precision the model's own entry loads in on this device: recorded, pinned, or the card's."""
+        return device_profile(self.tuned(card, device), device, self.settings.precision).name
 
     def tuned(self, card: ModelCard, device: str) -> ModelCard:
         """The card with the profile recorded for this device kind applied (as it is, when none is)."""

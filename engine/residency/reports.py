@@ -13,6 +13,13 @@ class GateThresholds(TypedDict):
     max_ndcg_drop: float
 
 
+class EntityThresholds(TypedDict):
+    """The bars a GLiNER model's reduced precision must clear against float32 (engine/residency/entity_gate.py)."""
+
+    min_entity_f1: float
+    min_reference_entities: int
+
+
 class GateFigures(TypedDict):
     """One precision's quality gate: its figures against float32, or the error that kept it from running."""
 
@@ -24,6 +31,10 @@ class GateFigures(TypedDict):
     reference_ndcg_at_10: NotRequired[float]
     ndcg_drop: NotRequired[float]
     thresholds: NotRequired[GateThresholds]
+    entity_f1: NotRequired[float]  # GLiNER: F1 of the candidate's entity spans against float32's
+    reference_entities: NotRequired[int]
+    candidate_entities: NotRequired[int]
+    entity_thresholds: NotRequired[EntityThresholds]
     error: NotRequired[str]
 
 
@@ -75,6 +86,7 @@ class PrecisionRow(TypedDict):
     passed: bool | None  # None: tuned without a gate
     mean_cosine: NotRequired[float]
     ndcg_drop: NotRequired[float]
+    entity_f1: NotRequired[float]
     error: NotRequired[str]
     tokens_per_s: NotRequired[float]
 

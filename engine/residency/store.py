@@ -90,6 +90,8 @@ def precision_summary(report: TuneReport | None, profile: Profile | None) -> Pre
                 row["mean_cosine"] = gate["mean_cosine"]
             if "ndcg_drop" in gate:
                 row["ndcg_drop"] = gate["ndcg_drop"]
+            if "entity_f1" in gate:
+                row["entity_f1"] = gate["entity_f1"]
             if "error" in gate:
                 row["error"] = gate["error"]
         if name in best:

@@ -7,8 +7,9 @@ truncation policy, normalisation, which prefix a text takes, which LoRA adapter)
 from __future__ import annotations
 
 import time
+from typing import cast
 
-from engine.catalogue.cards import ModelCard
+from engine.catalogue.cards import PRECISIONS, ModelCard, Precision
 from engine.catalogue.weights import resolve_adapter
 from engine.config import EngineSettings
 from engine.errors import InvalidInput
@@ -39,6 +40,16 @@ def task_items(items: list[Item], settings: EngineSettings, where: str = "items"
             check_item_id(f"{where}.{i}.id", it.id, settings)
         out.append(TaskItem(id=it.id, text=clean_text(f"{where}.{i}.text", it.text, settings)))
     return out
+
+
+def requested_precision(asked: str | None) -> Precision | None:
+    """The precision a request asks to be served in (None: the engine's choice); 400 for a name that is none.
+    Whether this device offers it is the engine's check (AsyncEngine.annotate)."""
+    if asked is None:
+        return None
+    if asked not in PRECISIONS:
+        raise InvalidInput(f"options.precision: unknown precision {asked!r}; the precisions are {list(PRECISIONS)}")
+    return cast(Precision, asked)
 
 
 def adapter_for(card: ModelCard, settings: EngineSettings, lora: str | None, profile: str | None) -> str | None:
@@ -83,6 +94,7 @@ def encode_task(card: ModelCard, req: EncodeRequest, settings: EngineSettings, t
         est_tokens=est_tokens,
         deadline=time.time() + settings.request_timeout_s,
         tenant=tenant,
+        precision=requested_precision(opts.precision),
     )
 
 
@@ -120,4 +132,5 @@ def score_task(card: ModelCard, req: ScoreRequest, settings: EngineSettings, ten
         est_tokens=est_tokens,
         deadline=time.time() + settings.request_timeout_s,
         tenant=tenant,
+        precision=requested_precision(req.options.precision),
     )

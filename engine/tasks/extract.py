@@ -1,7 +1,7 @@
 """Extract requests: the wire schema, validated once at the edge, and the Task it becomes against a card.
 
 POST /v1/extract/{model}: `{items, params: {labels, instruction?, options: {threshold, flat_ner, multi_label,
-hypothesis_template, descriptions, temperature, truncate, profile}}}`. Every default is resolved here
+hypothesis_template, descriptions, temperature, truncate, profile, precision}}}`. Every default is resolved here
 against the card (its extract mode, threshold and hypothesis template); limits answer 413, malformed
 labels and options 400, before anything is queued.
 """
@@ -18,7 +18,7 @@ from engine.catalogue.cards import ModelCard
 from engine.catalogue.catalogue import ExtractMode, check_extract
 from engine.config import EngineSettings
 from engine.errors import InvalidInput, PayloadTooLarge
-from engine.tasks.annotate import estimate_tokens
+from engine.tasks.annotate import estimate_tokens, requested_precision
 from engine.tasks.limits import (
     check_count,
     check_item_id,
@@ -51,6 +51,7 @@ class ExtractOptions(BaseModel):
     temperature: float | None = Field(default=None, gt=0.0, le=10.0, allow_inf_nan=False)
     truncate: bool | None = None
     profile: str | None = None
+    precision: str | None = None
 
 
 class ExtractRequestParams(BaseModel):
@@ -232,4 +233,5 @@ def extract_task(card: ModelCard, req: ExtractRequest, settings: EngineSettings,
         est_tokens=est,
         deadline=time.time() + settings.request_timeout_s,
         tenant=tenant,
+        precision=requested_precision(opts.precision),
     )

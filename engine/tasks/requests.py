@@ -65,6 +65,7 @@ class EncodeOptions(BaseModel):
     truncate: bool | None = None
     profile: str | None = None
     lora: str | None = None
+    precision: str | None = None  # serve this request in this precision (e.g. float32); checked when the task is made
 
 
 class EncodeRequestParams(BaseModel):
@@ -183,6 +184,7 @@ class ScoreOptions(BaseModel):
     truncate: bool | None = None
     profile: str | None = None
     lora: str | None = None
+    precision: str | None = None
 
 
 class ScoreRequest(BaseModel):

@@ -75,6 +75,7 @@ class EncodeResult(TypedDict):
     usage: Usage
     timing: NotRequired[Timing]
     model: NotRequired[str]
+    precision: NotRequired[str]  # the precision of the model that served it
 
 
 class ScoreEntry(TypedDict):
@@ -93,6 +94,7 @@ class ScoreResult(TypedDict):
     query_id: NotRequired[str]
     timing: NotRequired[Timing]
     model: NotRequired[str]
+    precision: NotRequired[str]  # the precision of the model that served it
 
 
 class Entity(TypedDict):
@@ -128,6 +130,7 @@ class ExtractResult(TypedDict):
     usage: Usage
     timing: NotRequired[Timing]
     model: NotRequired[str]
+    precision: NotRequired[str]  # the precision of the model that served it
 
 
 Result = EncodeResult | ScoreResult | ExtractResult  # what a task settles with

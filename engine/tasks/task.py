@@ -13,7 +13,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.catalogue.cards import TaskKind
+from engine.catalogue.cards import Precision, TaskKind
 
 OutputType = Literal["dense", "sparse", "multivector"]
 OutputDtype = Literal["float32", "float16", "int8", "uint8", "binary", "ubinary"]
@@ -94,6 +94,7 @@ class Task(BaseModel):
     est_tokens: int
     deadline: float  # time.time() after which nobody waits for the answer
     tenant: str | None = None
+    precision: Precision | None = None  # the precision the request asked to be served in; None: the engine's choice
     id: str = Field(default_factory=lambda: uuid.uuid4().hex)
     enqueued_at: float = Field(default_factory=time.time)
 

@@ -1,4 +1,5 @@
-"""The worker loop: pull tasks, group them by model, run each group under the recovery policy, settle every delivery."""
+"""The worker loop: pull tasks, group them by model (and the precision they ask for), run each group under the
+recovery policy, settle every delivery."""
 
 from __future__ import annotations
 
@@ -98,14 +99,14 @@ class Worker:
                 wait=self.linger(),
             )
             self._last_pull = len(deliveries)
-            by_model: dict[str, list[Delivery]] = {}
+            by_model: dict[tuple[str, str | None], list[Delivery]] = {}
             for d in deliveries:
-                by_model.setdefault(d.task.model, []).append(d)
-            for model, group in by_model.items():
-                if self.registry.is_loaded(model):
-                    await self.serve(model, group)
+                by_model.setdefault((d.task.model, d.task.precision), []).append(d)
+            for (model, precision), group in by_model.items():
+                if self.registry.is_loaded(model, precision):
+                    await self.serve(model, group, precision)
                 else:  # a cold model loads in the background; batches of resident models keep flowing
-                    task = asyncio.create_task(self.serve(model, group))
+                    task = asyncio.create_task(self.serve(model, group, precision))
                     self._cold.add(task)
                     task.add_done_callback(self._cold.discard)
 
@@ -134,24 +135,26 @@ class Worker:
                 await asyncio.to_thread(release_memory)
                 self.releases += 1
 
-    async def serve(self, model: str, group: list[Delivery]) -> None:
-        """Run one model's deliveries; every delivery is acked or termed, whatever happens."""
+    async def serve(self, model: str, group: list[Delivery], precision: str | None = None) -> None:
+        """Run one model's deliveries (in the precision they ask for, if any); every delivery is acked or termed,
+        whatever happens."""
         self._busy += 1
         try:
-            await self._serve(model, group)
+            await self._serve(model, group, precision)
         finally:
             self._busy -= 1
             self._worked.set()
 
-    async def _serve(self, model: str, group: list[Delivery]) -> None:
+    async def _serve(self, model: str, group: list[Delivery], precision: str | None) -> None:
         pulled_at = time.time()
         live = await self._live(model, group, pulled_at)
         if not live:
             return
         outcomes: list[Outcome]
         try:
-            async with self.registry.use(model, self.settings.load_wait_s) as loaded:  # not evicted while held
+            async with self.registry.use(model, self.settings.load_wait_s, precision) as loaded:  # held: not evicted
                 outcomes = await self._recovery(model, loaded, pulled_at).run([d.task for d in live])
+                served_in(outcomes, loaded.precision.name)
         except ShoalError as e:
             outcomes = [e] * len(live)
         except torch.OutOfMemoryError as e:
@@ -185,6 +188,13 @@ class Worker:
         return Recovery(batch, budget, loaded.max_len, model, self._faults)
 
 
+def served_in(outcomes: list[Outcome], precision: str) -> None:
+    """Each result says which precision served it (errors stay as they are)."""
+    for outcome in outcomes:
+        if not isinstance(outcome, ShoalError):
+            outcome["precision"] = precision
+
+
 @dataclass(frozen=True)
 class ModelBatch:
     """One model's pulled tasks as the recovery policy runs them: through the handler table, every forward
@@ -202,7 +212,7 @@ class ModelBatch:
 
     async def make_room(self) -> int:
         """Evict the other models from the device (bytes freed)."""
-        return await self.registry.free_device(self.model)
+        return await self.registry.free_device()  # the entry in use is held, so never among them
 
 
 @dataclass(frozen=True)

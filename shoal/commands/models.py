@@ -53,6 +53,7 @@ def precision_cell(summary: Info | None) -> str:
     for p in summary["precisions"]:
         mark = "*" if p["precision"] == summary["selected"] else ""
         figures = f" (cos {p['mean_cosine']:.4f}, nDCG -{p['ndcg_drop']:.3f})" if "mean_cosine" in p else ""
+        figures = f" (entity F1 {p['entity_f1']:.4f})" if "entity_f1" in p else figures
         cells.append(f"{p['precision']}{mark}{figures}" + (" failed" if p["passed"] is False else ""))
     return ", ".join(cells)
 
