@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from engine.arch.linear import FusedLinear
+
 try:  # flash-attn is optional; used only on CUDA tensors
     from flash_attn import flash_attn_varlen_func  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - absent on CPU machines
@@ -202,10 +204,10 @@ class SelfAttention(nn.Module):
         self.heads, self.kv_heads = heads, kv_heads or heads
         self.head_dim = head_dim or hidden // heads
         self.causal, self.window = causal, window
-        self.query = nn.Linear(hidden, self.heads * self.head_dim, bias=bias)
-        self.key = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
-        self.value = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
-        self.out = nn.Linear(self.heads * self.head_dim, hidden, bias=bias)
+        self.query = FusedLinear(hidden, self.heads * self.head_dim, bias=bias)
+        self.key = FusedLinear(hidden, self.kv_heads * self.head_dim, bias=bias)
+        self.value = FusedLinear(hidden, self.kv_heads * self.head_dim, bias=bias)
+        self.out = FusedLinear(self.heads * self.head_dim, hidden, bias=bias)
         self.q_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm_eps else None
         self.k_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm_eps else None
 
@@ -240,12 +242,16 @@ class MLP(nn.Module):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"unsupported activation {activation!r}")
-        self.act = ACTIVATIONS[activation]
-        self.up = nn.Linear(hidden, intermediate, bias=bias)
-        self.down = nn.Linear(intermediate, hidden, bias=bias)
+        self.activation, self.act = activation, ACTIVATIONS[activation]
+        self.up = FusedLinear(hidden, intermediate, bias=bias)
+        self.down = FusedLinear(intermediate, hidden, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(self.act(self.up(x)))  # [T, hidden] -> [T, intermediate] -> [T, hidden]
+        up = self.up  # an Int8Linear in an int8 profile: then no fused activation
+        h = up.with_activation(x, self.activation) if isinstance(up, FusedLinear) else None
+        if h is None:
+            h = self.act(up(x))  # [T, hidden] -> [T, intermediate]
+        return self.down(h)  # [T, intermediate] -> [T, hidden]
 
 
 class PostNormBlock(nn.Module):
@@ -271,9 +277,9 @@ class GatedMLP(nn.Module):
         if activation not in ACTIVATIONS:
             raise ValueError(f"unsupported activation {activation!r}")
         self.act = ACTIVATIONS[activation]
-        self.gate = nn.Linear(hidden, intermediate, bias=bias)
-        self.up = nn.Linear(hidden, intermediate, bias=bias)
-        self.down = nn.Linear(intermediate, hidden, bias=bias)
+        self.gate = FusedLinear(hidden, intermediate, bias=bias)
+        self.up = FusedLinear(hidden, intermediate, bias=bias)
+        self.down = FusedLinear(intermediate, hidden, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down(self.act(self.gate(x)) * self.up(x))  # [T, hidden] -> [T, intermediate] -> [T, hidden]
