@@ -8,11 +8,11 @@ CPU does not stand in for the server's), and the prober polls /healthz every 50 
 connection in a third process. Per phase: admitted requests per second, their p50/p99 latency, shed
 requests, /healthz p50/p99. The ratios compare 256 clients with 16 in the same run (the acceptance: at
 least 0.8 of the throughput, at most 5x the p99, /healthz p99 under 100 ms). The server runs with
-SHOAL_ADMISSION_WAIT_S=--wait (0.2, the default); with --no-admission a second one runs with it off
+SHOAL_ADMISSION_WAIT_S=--wait (0.1, the default); with --no-admission a second one runs with it off
 (SHOAL_ADMISSION_WAIT_S=0) for comparison.
 Clients and server share the machine's cores.
 
-    python -m bench.overload [--seconds 15] [--clients 16,256] [--wait 0.2] [--no-admission] [--out bench/results/overload.json]
+    python -m bench.overload [--seconds 15] [--clients 16,256] [--wait 0.1] [--no-admission] [--out bench/results/overload.json]
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--clients", default="16,256")
-    ap.add_argument("--wait", type=float, default=0.2, help="SHOAL_ADMISSION_WAIT_S of the admission run")
+    ap.add_argument("--wait", type=float, default=0.1, help="SHOAL_ADMISSION_WAIT_S of the admission run")
     ap.add_argument("--no-admission", action="store_true", help="also run with admission control off")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "overload.json")
     ap.add_argument("--role", choices=("load", "probe"), help=argparse.SUPPRESS)

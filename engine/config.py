@@ -93,7 +93,7 @@ class EngineSettings(BaseSettings):
     request_timeout_s: float = Field(default=300.0, description="deadline given to each request")
     # admission control of network requests (engine/queue/admission.py); the SDK's own calls are not shed
     admission_wait_s: float = Field(
-        default=0.2,
+        default=0.1,
         ge=0,
         description="admit as many network requests per model as it answers in this many seconds; 0: no limit",
     )
