@@ -60,7 +60,7 @@ def test_the_sdk_engine_is_not_admission_controlled() -> None:
     assert engine.admission is not None
     on = AsyncEngine()
     on.control_admission()
-    assert on.admission is not None and on.admission.target_wait_s == 0.2  # on by default for network requests
+    assert on.admission is not None and on.admission.target_wait_s == 0.1  # on by default for network requests
     off = AsyncEngine(EngineSettings(admission_wait_s=0))
     off.control_admission()
     assert off.admission is None  # 0 turns it off
