@@ -92,6 +92,30 @@ def test_tune_keeps_float32_when_every_variant_fails(tiny: str) -> None:
     assert "failed the quality gate" in outcome.report["reason"]
 
 
+def test_one_slow_timed_run_does_not_decide(tiny: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load spike during the candidate's gate run (here: its first run reported 10x slower) must not keep
+    float32: every passing candidate is timed again, alternating with float32, and keeps its best run."""
+    from engine.model.loader import load_model
+    from engine.residency import autotune
+
+    reference = load_model(Catalogue().get(tiny), offline=True, precision="float32")
+    runs: dict[str, int] = {}
+    real = autotune.gate_run
+
+    def gate_run(model: PackedModel, data: object = None) -> object:
+        run = real(model, data)  # type: ignore[arg-type]
+        name = model.precision.name
+        runs[name] = runs.get(name, 0) + 1
+        if name == GOOD:  # the candidate: 1.5x float32's speed, except its first run hit a spike
+            run = dataclasses.replace(run, seconds=run.seconds * (10 if runs[name] == 1 else 1 / 1.5))
+        return run
+
+    monkeypatch.setattr(autotune, "gate_run", gate_run)
+    outcome = auto_tune(reference, precisions=[GOOD], variant=test_variants)  # the default 1.05x minimum
+    assert runs[GOOD] == 1 + autotune.SPEED_ROUNDS and runs["float32"] == 1 + autotune.SPEED_ROUNDS
+    assert outcome.model.precision.name == GOOD, outcome.report["reason"]
+
+
 async def test_first_load_serves_float32_while_tuning_then_switches_and_records(tiny: str, tmp_path: Path) -> None:
     tuner = BlockedTuner()
     async with AsyncEngine(settings(tmp_path), tuner=tuner) as engine:
