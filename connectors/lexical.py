@@ -149,7 +149,7 @@ class _WordTerms(dict[str, tuple[int, ...]]):
 
 
 _PIECES = _WordTerms()
-_PIECES_MAX = 1 << 17  # pieces remembered; past this the table starts afresh (ids are hashes: nothing changes)
+_PIECES_MAX = 1 << 16  # pieces remembered (about 15 MB); past this the table starts afresh (ids are hashes)
 
 
 def _piece_terms(lowered: str) -> list[str]:
