@@ -143,7 +143,10 @@ class _WordTerms(dict[str, tuple[int, ...]]):
     caller). Tokens never hold whitespace, so a text's terms are its pieces' terms in order."""
 
     def __missing__(self, piece: str) -> tuple[int, ...]:
-        ids = tuple(term_id(t) for t in _piece_terms(piece))
+        if piece.isalnum():  # all of it \w but "_" (str.isalnum and the regex share one test): one word, no regex
+            ids: tuple[int, ...] = () if piece in STOPWORDS else (zlib.crc32(piece.encode()) & 0x7FFFFFFF,)  # term_id
+        else:
+            ids = tuple(term_id(t) for t in _piece_terms(piece))
         self[piece] = ids
         return ids
 
