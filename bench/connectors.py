@@ -4,14 +4,19 @@ For every backend available here (LanceDB embedded, Qdrant Edge, qdrant-client's
 PersistentClient, a real `chroma run` server on a free loopback port; a Qdrant server or Weaviate when
 QDRANT_URL / WEAVIATE_URL is set) and every size asked for, a fresh child process writes N synthetic chunks
 (384-d unit vectors, text from bench/data/passages.jsonl, metadata and entities) in pipeline-sized batches,
-builds the store's indexes (`finalize`: LanceDB FTS, scalar from 1k rows, IVF_SQ from 50k rows; Qdrant Edge's HNSW
-and segment merge), then times dense, hybrid and filtered searches (p50 / p99). It reports chunks/s of the
-writes alone and with the index build, the store's resident memory (peak RSS of the child, less the rows it
-holds; for chroma-http the server's peak too), the size on disk, and which vector index answered. Ratios:
-write cost per chunk at each size over the smallest size, and each backend against LanceDB, all measured in
-the same run. Writes bench/results/connectors.json (BENCH_OUT=NAME: bench/results/NAME.json).
+builds the store's indexes (`finalize`: LanceDB FTS, scalar from 1k rows (its id index is built as it writes),
+IVF_SQ from 50k rows; Qdrant Edge's HNSW and segment merge), then times dense, hybrid and filtered searches
+(p50 / p99). It reports chunks/s of the writes alone and with the index build, the store's resident memory
+(peak RSS of the child, less the rows it holds; for chroma-http the server's peak too), the size on disk, and
+which vector index answered. Ratios: write cost per chunk at each size over the smallest size, the last
+quarter's write batches over the first quarter's (q4/q1: 1 when a write costs the same however large the
+table), each backend against LanceDB and Qdrant Edge against qdrant-client's local mode, all measured in the
+same run. On a busy machine `--repeat N` runs each backend and size N times and keeps the run that wrote
+fastest (every run's chunks/s is in the JSON). Writes bench/results/connectors.json (BENCH_OUT=NAME:
+bench/results/NAME.json).
 
     .venv/bin/python bench/connectors.py [--sizes 10000,100000] [--queries 200] [--backends lancedb,qdrant-edge,...]
+        [--repeat 3]
 """
 
 from __future__ import annotations
@@ -220,6 +225,9 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--backends", default=",".join(ALL))
     ap.add_argument("--max-local-mode", type=int, default=10_000, help="largest size qdrant-local runs at (it is slow)")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs per backend and size; the one that wrote fastest is kept"
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -232,7 +240,11 @@ def main() -> None:
         for name in args.backends.split(","):
             if name == "qdrant-local" and n > args.max_local_mode:
                 continue
-            r = child(name, n, args.queries)
+            runs = [child(name, n, args.queries) for _ in range(args.repeat)]
+            done = [x for x in runs if x is not None and "error" not in x]
+            r = max(done, key=lambda x: x["chunks_per_s"]) if done else runs[0]
+            if r is not None and args.repeat > 1:
+                r["chunks_per_s_runs"] = [x["chunks_per_s"] for x in done]
             if r is None:
                 print(f"{name:13s} skipped (no server URL set)")
                 continue
@@ -243,7 +255,7 @@ def main() -> None:
 
 def report(results: dict[str, dict[int, dict]], sizes: list[int], queries: int) -> None:
     print(f"\n{DIM}-d chunks in batches of {BATCH}; {queries} queries per mode; filter {' & '.join(FILTER)}")
-    head = f"{'backend':13s} {'chunks':>8s} {'write/s':>8s} {'+index/s':>8s} {'cost x':>7s} {'dense p50/p99':>14s} {'hybrid p50/p99':>15s} {'filter p50/p99':>15s} {'RSS MiB':>8s} {'disk MiB':>8s}  index"  # noqa: E501
+    head = f"{'backend':13s} {'chunks':>8s} {'write/s':>8s} {'+index/s':>8s} {'cost x':>7s} {'q4/q1':>6s} {'dense p50/p99':>14s} {'hybrid p50/p99':>15s} {'filter p50/p99':>15s} {'RSS MiB':>8s} {'disk MiB':>8s}  index"  # noqa: E501
     print(head)
     for name, by_size in results.items():
         small = by_size.get(min(by_size)) or {}
@@ -257,6 +269,7 @@ def report(results: dict[str, dict[int, dict]], sizes: list[int], queries: int) 
             rss = r["rss_mib"] + r.get("server_rss_mib", 0.0)
             disk = f"{r['disk_mib']:8.0f}" if r.get("disk_mib") is not None else f"{'-':>8s}"
             print(f"{name:13s} {n:>8d} {r['chunks_per_s']:8.0f} {r['chunks_per_s_with_index']:8.0f} {cost:7.2f}"
+                  f" {r['last_over_first_quarter']:6.2f}"
                   f"{lat} {rss:8.0f} {disk}  {r['index']}")  # fmt: skip
     for n in sizes:
         base = results.get("lancedb", {}).get(n)

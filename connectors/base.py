@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ STATE_PREFIX = "shoal_state"  # side collection/table holding the ingest manifes
 KEYWORD_INDEXES = ("id", "source", "root", "kind", "entity_tags", "classes", "heading_path")
 INTEGER_INDEXES = ("chunk_index", "pages")
 ID_NAMESPACE = uuid.UUID("0b6c2a57-3f7e-4d4f-9a0e-6d1f0c9b7e21")
+_NAMESPACE = ID_NAMESPACE.bytes
 JSONScalar = str | int | float | bool | None
 JSONValue = JSONScalar | list["JSONValue"] | dict[str, "JSONValue"]
 JSONLike = JSONScalar | Sequence["JSONLike"] | Mapping[str, "JSONLike"]  # what may be written as JSON
@@ -200,11 +202,19 @@ def source_counts(pairs: list[tuple[str, str]]) -> list[SourceCount]:
 
 
 def point_id(chunk_id: str) -> str:
-    """A UUID for stores that want one (Qdrant, Weaviate): a UUID id is kept, any other maps to a stable uuid5."""
-    try:
-        return str(uuid.UUID(chunk_id))
-    except ValueError:
-        return str(uuid.uuid5(ID_NAMESPACE, chunk_id))
+    """A UUID for stores that want one (Qdrant, Weaviate): a UUID id is kept, any other maps to a stable uuid5.
+
+    The uuid5 is computed as `uuid.uuid5(ID_NAMESPACE, chunk_id)` computes it (SHA-1 of the namespace and the
+    UTF-8 name, version and variant bits set), without its objects; text under 32 characters cannot hold a
+    UUID's 32 hex digits, so it is not parsed as one."""
+    if len(chunk_id) >= 32:
+        try:
+            return str(uuid.UUID(chunk_id))
+        except ValueError:
+            pass
+    d = hashlib.sha1(_NAMESPACE + chunk_id.encode()).digest()
+    h = (d[:6] + bytes((d[6] & 0x0F | 0x50, d[7], d[8] & 0x3F | 0x80)) + d[9:16]).hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def delete_source(store: VectorStore, collection: str, source: str, root: str | None = None) -> int:

@@ -259,9 +259,10 @@ class QdrantStore:
 def _points(batch: ChunkBatch, lo: int, hi: int, layout: Layout) -> models.Batch:
     """Chunks lo:hi as one Qdrant batch: each named vector a numpy matrix (or list of them), as the client takes it."""
     fields = batch.fields[lo:hi]
+    terms = lexical.doc_vectors([f.get("text") or "" for f in fields])
     vectors: dict[str, F32 | list[F32] | list[models.SparseVector]] = {
         "dense": batch.vectors[lo:hi],
-        "lexical": [_terms(lexical.doc_vector(f.get("text") or "")) for f in fields],
+        "lexical": [_terms(terms[j]) for j in range(len(fields))],
     }
     if layout["sparse"] and batch.sparse is not None:
         sp = batch.sparse

@@ -38,7 +38,7 @@ from connectors.base import (
     point_id,
     source_counts,
 )
-from connectors.chunks import ChunkBatch, ChunkFields, ChunkRow, SparseInput, as_batch, payload_items
+from connectors.chunks import ChunkBatch, ChunkRow, SparseInput, as_batch, payload_items
 from connectors.edge_filters import Condition, combined, to_edge
 from connectors.edge_root import LAYOUT, EdgeRoot, open_root, release_root
 from connectors.filters import Filter
@@ -142,8 +142,7 @@ class QdrantEdgeStore:
         batch, layout = as_batch(chunks), self._layout(collection)
         shard = self.root.shard(collection)
         for i in range(0, len(batch), BATCH):
-            points = [_point(batch, j, layout) for j in range(i, min(i + BATCH, len(batch)))]
-            _write(shard, qe.UpdateOperation.upsert_points(points))
+            _write(shard, qe.UpdateOperation.upsert_points(_points(batch, i, min(i + BATCH, len(batch)), layout)))
         return len(batch)
 
     def delete(self, collection: str, ids: list[str]) -> int:
@@ -255,15 +254,33 @@ def _scroll(shard: qe.EdgeShard, flt: qe.Filter | None, payload: bool | list[str
             return out
 
 
-def _point(batch: ChunkBatch, i: int, layout: Layout) -> qe.Point:
-    fields: ChunkFields = batch.fields[i]
-    vector: dict[str, qe.NamedVector] = {"dense": _dense(batch.vectors[i])}
-    vector["lexical"] = _terms(lexical.doc_vector(fields.get("text") or ""))
-    if layout["sparse"] and batch.sparse is not None:
-        vector["sparse"] = _sparse(*batch.sparse[i])
-    if layout["colbert"] and batch.multivectors is not None and len(tokens := batch.multivectors[i]):
-        vector["colbert"] = _matrix(tokens)
-    return qe.Point(id=point_id(fields["id"]), vector=vector, payload=payload_items(fields))
+def _points(batch: ChunkBatch, lo: int, hi: int, layout: Layout) -> list[qe.Point]:
+    """Chunks lo..hi as Edge points, with as little Python per point as the binding allows.
+
+    The BM25 term vectors of the whole slice are computed at once (`lexical.doc_vectors`); dense rows and term
+    ids and weights are memoryview slices of one array each (see `_dense`), so a point costs a few slices, its
+    id and its payload, which the binding converts value by value."""
+    fields = batch.fields[lo:hi]
+    dim = batch.dims
+    dense = np.ascontiguousarray(batch.vectors[lo:hi], dtype=np.float32).reshape(-1).data
+    terms = lexical.doc_vectors([f.get("text") or "" for f in fields])
+    ids, weights = terms.indices.data, terms.values.astype(np.float32).data
+    ends = terms.offsets.tolist()
+    sparse = batch.sparse if layout["sparse"] else None
+    multi = batch.multivectors if layout["colbert"] else None
+    points = []
+    for j, f in enumerate(fields):
+        a, b = ends[j], ends[j + 1]
+        vector: dict[str, qe.NamedVector] = {
+            "dense": cast("list[float]", dense[j * dim : (j + 1) * dim]),
+            "lexical": qe.SparseVector(cast("list[int]", ids[a:b]), cast("list[float]", weights[a:b])),
+        }
+        if sparse is not None:
+            vector["sparse"] = _sparse(*sparse[lo + j])
+        if multi is not None and len(tokens := multi[lo + j]):
+            vector["colbert"] = _matrix(tokens)
+        points.append(qe.Point(id=point_id(f["id"]), vector=vector, payload=payload_items(f)))
+    return points
 
 
 def _dense(row: npt.ArrayLike) -> list[float]:

@@ -140,3 +140,27 @@ def test_a_large_table_gets_an_ivf_sq_index_that_finds_stored_vectors(
         for i in range(0, n, 128)
     )
     assert found >= 30  # of 32: each stored vector is its own nearest neighbour through the index
+
+
+def test_upserts_append_new_ids_and_replace_stored_ones_indexed_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import connectors.lancedb as lance_connector
+
+    monkeypatch.setattr(lance_connector, "SCALAR_INDEX_MIN_ROWS", 10)  # the id index at a test's size
+    s = open_store(f"lancedb://{tmp_path / 'db'}")
+    s.ensure_collection(CollectionSpec("c", DIM))
+    s.upsert("c", [row(i, f"first {i}") for i in range(30)])  # an empty table: appended
+    s.upsert("c", [row(i, f"first {i}") for i in range(30, 50)])  # the id index is built, then these appended
+    assert isinstance(s, LanceDBStore)
+    assert ("id",) in {tuple(ix.columns) for ix in s._table("c").list_indices()}
+    s.upsert("c", [row(i, f"second {i}") for i in range(40, 60)])  # 40-49 stored past the index, 50-59 new
+    s.upsert("c", [row(i, f"second {i}") for i in range(10)])  # stored and indexed
+    s.upsert("c", [row(70, "a"), row(5, "x"), row(70, "b"), row(5, "y")])  # the same id twice: the later row
+    texts = {r["id"]: r["text"] for r in s.rows("c", ["id", "text"])}
+    assert s.count("c") == len(texts) == 61
+    assert all(texts[f"id-{i}"] == f"second {i}" for i in [*range(1, 5), *range(6, 10), *range(40, 60)])
+    assert all(texts[f"id-{i}"] == f"first {i}" for i in range(10, 40))
+    assert (texts["id-5"], texts["id-70"]) == ("y", "b")
+    s.upsert("c", [row(i, f"second {i}") for i in range(40, 60)])  # a retry of a write that went through
+    assert s.count("c") == 61
