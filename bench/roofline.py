@@ -109,10 +109,14 @@ class Systems:
         self.engines: dict[str, Any] = {}
         self.servers: dict[str, Any] = {}
         for name in precisions:
-            path = store / f"{name}.json"  # float32: no stored profile, the card's own
-            self.engines[name] = shoal.Engine(threads=threads, max_items=len(texts), profile_store=path)
+            path = store / f"{name}.json"  # float32: no stored profile, the card's own, and no auto-tune
+            pinned = name == "float32"  # else its first load would tune it into another precision
+            self.engines[name] = shoal.Engine(
+                threads=threads, max_items=len(texts), profile_store=path, auto_tune=not pinned
+            )
             if http:
                 env = {"SHOAL_THREADS": str(threads), "SHOAL_PROFILE_STORE": str(path)}
+                env |= {"SHOAL_AUTO_TUNE": "0"} if pinned else {}
                 self.servers[name] = LiveServer(env=env).wait_ready()
         self.peers: dict[str, Any] = {}
         if peers:

@@ -155,6 +155,12 @@ class EngineSettings(BaseSettings):
     queue_pending_limit: int = Field(default=10_000, description="pending tasks past which the gateway says 503")
     queue_pending_refresh_s: float = Field(default=0.25, description="how often the gateway re-reads the pending count")
     queue_idle_poll_s: float = Field(default=1.0, description="an idle worker re-checks the stream at least this often")
+    queue_ping_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="how often each NATS connection pings its server; two unanswered pings (a node cut off) and it "
+        "moves to another node of the list",
+    )
     queue_locality: bool = Field(
         default=True, description="workers pull their resident models' tasks first; off: the fullest subject first"
     )

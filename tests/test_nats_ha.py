@@ -211,10 +211,11 @@ def test_leader_cut_off_for_20_s_then_rejoining_loses_nothing(tmp_path: Path, ti
             cluster.heal(leader)
             return [(f"leader cut off ({leader})", cut), ("rejoin", time.monotonic())]
 
-        # Throughput must be back within 30 s of the rejoin. During the cut it often stalls until the partition
-        # heals (back 31-34 s after the cut, 11-14 s after the rejoin, in 5 of 7 runs on 2026-12-02; 6-12 s
-        # after the cut in the others), so the cut's own bound is its 20 s plus those 30 s. Nothing may be lost.
-        _report_and_check(*_under_load(cluster, str(tiny_bert), reference, chaos), bound_s=50)
+        # Throughput must be back within 30 s of the cut, while the leader is still cut off: connections to it
+        # notice the silence by their pings (SHOAL_QUEUE_PING_INTERVAL_S) and move to another node (back
+        # 6-13 s after the cut in 4 runs on 2026-12-02; with nats-py's 120 s default ping the stall lasted
+        # until the partition healed in 5 of 7 runs). Nothing may be lost.
+        _report_and_check(*_under_load(cluster, str(tiny_bert), reference, chaos))
         assert all(n.proc is not None and n.proc.poll() is None for n in cluster.nodes)
     finally:
         cluster.stop()

@@ -33,6 +33,10 @@ async def connect(settings: EngineSettings, name: str) -> tuple[NATS, JetStreamC
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,  # type: ignore[arg-type]  # nats-py annotates int; it sleeps any float
         connect_timeout=5,
+        # nats-py pings every 120 s by default: a node cut off by a partition (no FIN, no RST) would hold the
+        # connection for minutes; two missed pongs at this interval and it reconnects to the next node
+        ping_interval=settings.queue_ping_interval_s,  # type: ignore[arg-type]  # annotated int; any float works
+        max_outstanding_pings=2,
         error_cb=on_error,
     )
     js = nc.jetstream(timeout=5)
