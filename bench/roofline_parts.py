@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from engine.arch.flops import linear_shapes
+from engine.arch.linear import FusedLinear
 from engine.model.precision import DTYPES
 from engine.model.quantize import Int8Linear
 from engine.wire import packb, unpackb
@@ -28,33 +29,42 @@ MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 class MatmulPeak:
     """The linear layers of one transformer layer of the model (q, k, v, out, up, down) in one precision, run
-    back to back on `tokens` rows: the best FLOP/s over every call of `measure` is the roofline."""
+    back to back on `tokens` rows, on each kernel this machine offers for them (PyTorch's addmm and oneDNN's
+    linear, engine/arch/linear.py): the best FLOP/s over every call of `measure` is the roofline."""
 
     def __init__(self, config: Any, precision: str, tokens: int) -> None:
         self.precision = precision
         dtype = DTYPES[precision]
         g = torch.Generator().manual_seed(0)
-        self.layers: list[nn.Module] = []
+        self.kernels: list[list[nn.Module]] = [[], []]  # addmm, oneDNN (the same weights)
         self.inputs: dict[int, torch.Tensor] = {}
         self.flops = 0
         for n_in, n_out in linear_shapes(config):
-            layer = nn.Linear(n_in, n_out)
+            layer = FusedLinear(n_in, n_out)
             with torch.no_grad():
                 layer.weight.copy_(torch.randn(n_out, n_in, generator=g) * n_in**-0.5)
-            self.layers.append(Int8Linear(layer) if precision == "int8" else layer.to(dtype).eval())
+            if precision == "int8":
+                self.kernels[0].append(Int8Linear(layer))
+            else:
+                fused = layer.to(dtype).eval()
+                plain = nn.Linear(n_in, n_out).to(dtype).eval()
+                plain.load_state_dict(fused.state_dict())
+                self.kernels[0].append(plain)
+                self.kernels[1].append(fused)
             self.inputs.setdefault(n_in, torch.randn(tokens, n_in, generator=g).to(dtype))
             self.flops += 2 * tokens * n_in * n_out
         self.best = 0.0
 
     @torch.inference_mode()
     def measure(self, passes: int = 4) -> float:
-        """FLOP/s of the best of `passes` passes (after one warm-up); keeps the best seen so far."""
-        for i in range(passes + 1):
-            started = time.perf_counter()
-            for layer in self.layers:
-                layer(self.inputs[layer.in_features])  # type: ignore[index]
-            if i:
-                self.best = max(self.best, self.flops / (time.perf_counter() - started))
+        """FLOP/s of the best of `passes` passes per kernel (after one warm-up); keeps the best seen so far."""
+        for layers in (k for k in self.kernels if k):
+            for i in range(passes + 1):
+                started = time.perf_counter()
+                for layer in layers:
+                    layer(self.inputs[layer.in_features])  # type: ignore[index]
+                if i:
+                    self.best = max(self.best, self.flops / (time.perf_counter() - started))
         return self.best
 
 
