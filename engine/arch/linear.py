@@ -27,7 +27,7 @@ _DTYPES = (torch.float32, torch.bfloat16)
 def _probe() -> bool:
     """True when oneDNN's linear exists here and matches F.linear on a small input, plain and with GELU."""
     op = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
-    if op is None or not torch.backends.mkldnn.is_available():
+    if op is None or not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]  # unannotated in torch
         return False
     try:
         g = torch.Generator().manual_seed(0)
