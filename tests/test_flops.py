@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from engine.arch import linear
 from engine.arch.bert import Bert, BertConfig
 from engine.arch.decoder import DecoderConfig
 from engine.arch.flops import attention_pairs, forward_flops, linear_shapes
@@ -61,9 +63,12 @@ def test_modernbert_window_by_hand() -> None:
     assert attention_pairs(4, False, 1) == 10 and attention_pairs(3, False, 5) == 9
 
 
-def test_bert_count_matches_torch_flop_counter() -> None:
+def test_bert_count_matches_torch_flop_counter(monkeypatch: pytest.MonkeyPatch) -> None:
     """The real packed forward, counted by torch (its matmuls, attention through SDPA's math path); runs of
-    equal-length sequences attend without a mask, so torch counts exactly the useful work."""
+    equal-length sequences attend without a mask, so torch counts exactly the useful work. torch's counter
+    does not know oneDNN's linear op (engine/arch/linear.py), so the linear layers take addmm here: the same
+    matmuls."""
+    monkeypatch.setattr(linear, "ENABLED", False)
     c = tiny_bert()
     model = Bert(c).eval()
     batch = PackedBatch.from_token_lists([[1, 2, 3], [4, 5, 6, 7, 8], [9, 10, 11, 12, 13]])
