@@ -3,11 +3,10 @@
 PyTorch's CPU `F.linear` is an addmm: it first copies the bias into every row of the output, then runs the
 matmul over it, and an activation is one more pass over the [T, out] result. oneDNN's linear (the op
 torch.compile's CPU backend emits, `torch.ops.mkldnn._linear_pointwise`) adds the bias, and optionally the
-activation, in the matmul's own epilogue. It is a private op, so it is used only in the dtypes for which a
-probe at import shows it runs and agrees with `F.linear`, and only where it applies: CPU, float32 or
-bfloat16, no autograd. Anything else (CUDA, int8's own layers, training, a dtype the CPU's oneDNN refuses)
-takes nn.Linear's path. `FusedLinear` is an nn.Linear, so checkpoints, the int8 replacement and LoRA's
-forward hooks see the same module.
+activation, in the matmul's own epilogue. It is a private op, so it is used only after a probe at import
+shows it exists and agrees with `F.linear`, and only where it applies: CPU, float32 or bfloat16, no
+autograd. Anything else (CUDA, int8's own layers, training) takes nn.Linear's path. `FusedLinear` is an
+nn.Linear, so checkpoints, the int8 replacement and LoRA's forward hooks see the same module.
 """
 
 from __future__ import annotations
@@ -22,29 +21,26 @@ FUSED_ACTIVATIONS: dict[str, tuple[str, str]] = {  # our activation name -> oneD
     "gelu_pytorch_tanh": ("gelu", "tanh"),
     "relu": ("relu", ""),
 }
+_DTYPES = (torch.float32, torch.bfloat16)
 
 
-def _agrees(dtype: torch.dtype) -> bool:
-    """True when oneDNN's linear runs here in `dtype` and matches F.linear on a small input, plain and with
-    GELU (a CPU without bfloat16 support may refuse that dtype)."""
+def _probe() -> bool:
+    """True when oneDNN's linear exists here and matches F.linear on a small input, plain and with GELU."""
     op = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
     if op is None or not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]  # unannotated in torch
         return False
-    tol = 1e-4 if dtype == torch.float32 else 5e-2
     try:
         g = torch.Generator().manual_seed(0)
-        x, w, b = (torch.randn(*shape, generator=g).to(dtype) for shape in ((8, 16), (12, 16), (12,)))
+        x, w, b = (torch.randn(*shape, generator=g) for shape in ((8, 16), (12, 16), (12,)))
         with torch.inference_mode():
-            plain = op(x, w, b, "none", [], "").float()
-            gelu = op(x, w, b, "gelu", [], "none").float()
-            want = F.linear(x, w, b).float()
-        return bool(torch.allclose(plain, want, atol=tol) and torch.allclose(gelu, F.gelu(want), atol=tol))
+            plain = torch.allclose(op(x, w, b, "none", [], ""), F.linear(x, w, b), atol=1e-4)
+            gelu = torch.allclose(op(x, w, b, "gelu", [], "none"), F.gelu(F.linear(x, w, b)), atol=1e-4)
+        return bool(plain and gelu)
     except RuntimeError:
         return False
 
 
-_DTYPES = tuple(d for d in (torch.float32, torch.bfloat16) if _agrees(d))  # the dtypes oneDNN's path takes
-ENABLED = bool(_DTYPES)  # tests may turn it off to compare the two paths
+ENABLED = _probe()  # tests may turn it off to compare the two paths
 
 
 class FusedLinear(nn.Linear):
