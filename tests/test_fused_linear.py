@@ -23,6 +23,8 @@ def reference(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 @needs_onednn
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fused_linear_matches_the_plain_one(dtype: torch.dtype) -> None:
+    if dtype not in linear._DTYPES:
+        pytest.skip(f"oneDNN's linear does not run {dtype} on this CPU: nn.Linear's path serves it")
     torch.manual_seed(0)
     layer = FusedLinear(64, 96).to(dtype)
     x = torch.randn(37, 64).to(dtype)
@@ -78,3 +80,14 @@ def test_int8_replaces_fused_linears_and_the_mlp_still_runs() -> None:
         assert quantize_linears(mlp) == 2 and isinstance(mlp.up, Int8Linear)
         after = mlp(x)
     assert torch.nn.functional.cosine_similarity(before, after).min() > 0.99
+
+
+def test_a_dtype_this_cpus_onednn_refuses_takes_the_plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU whose oneDNN has no bfloat16 (AVX2 only), a bfloat16 layer still answers, through addmm."""
+    monkeypatch.setattr(linear, "_DTYPES", (torch.float32,))
+    torch.manual_seed(0)
+    layer = FusedLinear(16, 8).to(torch.bfloat16)
+    x = torch.randn(4, 16).to(torch.bfloat16)
+    with torch.inference_mode():
+        assert not layer.fusable(x) and layer.with_activation(x, "gelu") is None
+        assert torch.equal(layer(x), reference(layer, x))

@@ -4,8 +4,9 @@ PyTorch's CPU `F.linear` is an addmm: it first copies the bias into every row of
 matmul over it, and an activation is one more pass over the [T, out] result. oneDNN's linear (the op
 torch.compile's CPU backend emits, `torch.ops.mkldnn._linear_pointwise`) adds the bias, and optionally the
 activation, in the matmul's own epilogue. It is a private op, so it is used only after a probe at import
-shows it exists and agrees with `F.linear`, and only where it applies: CPU, float32 or bfloat16, no
-autograd. Anything else (CUDA, int8's own layers, training) takes nn.Linear's path. `FusedLinear` is an
+shows it exists and agrees with `F.linear`, and only where it applies: CPU, float32 or bfloat16 (bfloat16
+only where the CPU's oneDNN runs it), no autograd. Anything else (CUDA, int8's own layers, training, bfloat16
+on an AVX2-only CPU) takes nn.Linear's path. `FusedLinear` is an
 nn.Linear, so checkpoints, the int8 replacement and LoRA's forward hooks see the same module.
 """
 
@@ -21,7 +22,17 @@ FUSED_ACTIVATIONS: dict[str, tuple[str, str]] = {  # our activation name -> oneD
     "gelu_pytorch_tanh": ("gelu", "tanh"),
     "relu": ("relu", ""),
 }
-_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _bfloat16_runs() -> bool:
+    """Whether this CPU's oneDNN runs bfloat16 (it needs AVX512-BF16 or AMX, or AVX512 core; an AVX2-only CPU
+    refuses it). A query of the CPU's features, not a bfloat16 op: an op run at import would start oneDNN's
+    thread pool before the engine sets its thread count."""
+    query = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(query is not None and query())
+
+
+_DTYPES = (torch.float32, *((torch.bfloat16,) if _bfloat16_runs() else ()))  # the dtypes oneDNN's path takes
 
 
 def _probe() -> bool:
