@@ -244,6 +244,7 @@ def test_models_health_and_metrics(server: LiveServer) -> None:
     assert httpx.get(f"{server.url}/healthz").status_code == 200
     assert httpx.get(f"{server.url}/readyz").status_code == 200
     post_mp(server, {"items": [{"text": "count me"}]})
+    assert post_mp(server, {"items": [{"text": "x"}]}, model="no/such-model").status_code == 404
     metrics = httpx.get(f"{server.url}/metrics").text
     for name in (
         "shoal_requests_total",
