@@ -65,6 +65,7 @@ async def evaluate(engine: Any, folder: Path, options: dict[str, Any]) -> dict[s
 
 
 async def run() -> dict[str, Any]:
+    from bench import float32_settings
     from engine.runtime import AsyncEngine
 
     methods = {
@@ -74,7 +75,7 @@ async def run() -> dict[str, Any]:
         "filter_context defaults": {},
     }
     out: dict[str, Any] = {}
-    async with AsyncEngine() as engine:
+    async with AsyncEngine(float32_settings()) as engine:
         for name, folder in SETS.items():
             if (folder / "questions.jsonl").exists():
                 out[name] = {m: await evaluate(engine, folder, o) for m, o in methods.items()}
