@@ -6,8 +6,8 @@ torch.compile's CPU backend emits, `torch.ops.mkldnn._linear_pointwise`) adds th
 activation, in the matmul's own epilogue. It is a private op, so it is used only after a probe at import
 shows it exists and agrees with `F.linear`, and only where it applies: CPU, float32 or bfloat16 (bfloat16
 only where the CPU's oneDNN runs it), no autograd. Anything else (CUDA, int8's own layers, training, bfloat16
-on an AVX2-only CPU) takes nn.Linear's path. `FusedLinear` is an
-nn.Linear, so checkpoints, the int8 replacement and LoRA's forward hooks see the same module.
+on an AVX2-only CPU) takes nn.Linear's path. `FusedLinear` is an nn.Linear, so checkpoints, the int8
+replacement and LoRA's forward hooks see the same module.
 """
 
 from __future__ import annotations
