@@ -172,6 +172,7 @@ def new_search(index: TaxonomyIndex, query: np.ndarray, opts: ClassifyOptions) -
     """A search at the root, with the text's score distribution over the reference leaves."""
     import numpy as np
 
+    query = index.in_space(query)
     search = Search(index, query, opts, np.array([0]), np.zeros(1, dtype=np.float32))
     search.stats = spread(similarities(index.vectors, index.reference, query))
     search.dot_products += index.reference.size

@@ -122,6 +122,7 @@ async def flat(
     import numpy as np
 
     leaves = index.leaves
+    queries = [index.in_space(q) for q in queries]
     out = []
     for k, text in enumerate(texts):
         if k % FLAT_CHUNK == 0:  # (texts x nodes) matrices, a chunk of texts at a time

@@ -1,14 +1,18 @@
-"""Fit a taxonomy's routing to labelled texts: a light linear head over the leaves and the calibration.
+"""Fit a taxonomy's routing to labelled texts: centred on the texts, a light linear head over the leaves, and
+the calibration.
 
 The labelled texts (a JSONL file of `{"text", "label"}`, the label a node's id, path or unique name, "" for
-a text that fits nothing; plus the examples written in the taxonomy file) move each leaf's vector towards
-the texts filed under it: the leaf becomes a prototype, its zero-shot vector plus TEXT_WEIGHT * n / (n + 1)
-times the mean of its n texts' embeddings (a linear head whose rows start at the zero-shot vectors; a leaf
-with more texts moves further, but never so far that it draws every chatty text; one with none keeps its
-zero-shot vector). The calibration
+a text that fits nothing; plus the examples written in the taxonomy file) first give the index its centre:
+their mean embedding is taken off every text and node vector (then made unit again), so the direction every
+message of this kind shares (chatty, first person, a question) no longer counts as similarity and a leaf
+that moves towards its texts does not draw everyone else's. Then each leaf's vector moves towards the texts
+filed under it: the leaf becomes a prototype, its zero-shot vector plus TEXT_WEIGHT times the sum of its
+texts' embeddings (a linear head whose rows start at the zero-shot vectors, the zero-shot vector a prior
+worth 1 / TEXT_WEIGHT texts; a leaf with none keeps its zero-shot vector). The calibration
 (agent_tools/taxonomy_calibration.py) is refitted on held-out predictions of a k-fold cross-validation,
-which also gives the held-out accuracy `shoal taxonomy fit` prints. The result is saved as
-`<taxonomy>.fit.npz` beside the taxonomy file; a server or `shoal mcp` serving that taxonomy by name uses it.
+which also gives the held-out accuracy `shoal taxonomy fit` prints (each fold centred on its own training
+texts). The result is saved as `<taxonomy>.fit.npz` beside the taxonomy file; a server or `shoal mcp`
+serving that taxonomy by name uses it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,16 @@ from agent_tools.taxonomy_calibration import (
     features,
     fit_logistic,
 )
-from agent_tools.taxonomy_index import FORMAT, TaxonomyIndex, build_index, index_from, node_vectors
+from agent_tools.taxonomy_index import (
+    FORMAT,
+    TaxonomyIndex,
+    build_index,
+    centered,
+    index_from,
+    level_in,
+    node_vectors,
+    reference_names,
+)
 from agent_tools.taxonomy_tree import Taxonomy
 
 if TYPE_CHECKING:
@@ -35,7 +48,7 @@ if TYPE_CHECKING:
     from agent_tools.backend import ModelBackend
 
 FIT_SUFFIX = ".fit.npz"
-TEXT_WEIGHT = 0.8  # of a leaf's mean labelled text against its zero-shot vector; chosen on bench/data/taxonomy/support
+TEXT_WEIGHT = 0.3  # of each labelled text against a leaf's zero-shot vector; chosen on bench/data/taxonomy/support
 
 
 def fitted_path(taxonomy_path: Path) -> Path:
@@ -110,20 +123,43 @@ def taxonomy_examples(t: Taxonomy) -> list[tuple[str, int]]:
 
 
 def train_head(base: np.ndarray, leaves: np.ndarray, queries: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """Own vectors with each leaf row moved to its prototype: unit(zero-shot row + TEXT_WEIGHT * n / (n + 1) *
-    mean of the leaf's n labelled texts). targets: positions in `leaves`; queries: unit rows. Measured on the
-    same folds: a softmax-regression head moved a leaf only part of the way towards its texts; a plain sum
-    of the texts made leaves with more texts draw other leaves' texts."""
+    """Own vectors with each leaf row moved to its prototype: unit(zero-shot row + TEXT_WEIGHT * sum of the
+    leaf's labelled texts). targets: positions in `leaves`; base and queries: unit rows in the same (centred)
+    space. Measured on the same folds: a softmax-regression head moved a leaf only part of the way towards
+    its texts; without the centring, a sum made leaves with more texts draw other leaves' texts."""
     import numpy as np
 
-    counts = np.bincount(targets, minlength=leaves.size).astype(np.float64)
     sums = np.zeros((leaves.size, base.shape[1]))
     np.add.at(sums, targets, queries.astype(np.float64))
-    shift = TEXT_WEIGHT / (counts + 1)  # n / (n + 1) of the mean = the sum / (n + 1)
-    rows = base[leaves].astype(np.float64) + shift[:, None] * sums
+    rows = base[leaves].astype(np.float64) + TEXT_WEIGHT * sums
     out = base.copy()
     out[leaves] = (rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)).astype(np.float32)
     return out
+
+
+def fit_vectors(
+    base: np.ndarray, leaves: np.ndarray, queries: np.ndarray, gold: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(own vectors, centre) fitted to labelled texts: every node and text centred on the texts' mean, then the
+    head (`train_head`) over the texts filed under a leaf. base: (nodes, dim) zero-shot own vectors; queries:
+    (texts, dim) unit rows; gold: each text's node."""
+    import numpy as np
+
+    center = queries.mean(axis=0).astype(np.float32)
+    own, texts = centered(base, center), centered(queries, center)
+    position = {int(leaf): k for k, leaf in enumerate(leaves)}
+    at_leaf = np.isin(gold, leaves)
+    targets = np.array([position[int(g)] for g in gold[at_leaf]], dtype=np.int64)
+    return train_head(own, leaves, texts[at_leaf], targets), center
+
+
+def fitted_index(
+    t: Taxonomy, model: str, own: np.ndarray, center: np.ndarray, names: np.ndarray, calibration: Calibration
+) -> TaxonomyIndex:
+    """The index of fitted own vectors and centre, with its score level measured in the centred space."""
+    index = index_from(t, model, own, 0.0, calibration, None, center)
+    index.level = level_in(index, names)
+    return index
 
 
 class FitReport(TypedDict):
@@ -155,6 +191,7 @@ class FitResult:
     """The fitted leaf vectors and calibration, and what cross-validation measured."""
 
     own: np.ndarray
+    center: np.ndarray
     level: float
     calibration: Calibration
     report: FitReport
@@ -199,11 +236,11 @@ async def fit(
     if len(labelled) < 2:
         raise InvalidInput("fitting needs at least 2 labelled texts (the file and the taxonomy's examples together)")
     base = await node_vectors(t, backend, model)
-    level = (await build_index(t, backend, model, base)).level
+    zero_shot = await build_index(t, backend, model, base)
+    level, names = zero_shot.level, await reference_names(zero_shot, backend)
     queries = await backend.embed(model, [x for x, _ in labelled], is_query=True)
     gold = np.array([g for _, g in labelled])
     leaves = np.flatnonzero(np.array([not c for c in t.children]) & (np.arange(len(t)) > 0))
-    position = {int(leaf): k for k, leaf in enumerate(leaves)}
     k = max(2, min(folds, gold.size))
     occurrence: dict[int, int] = {}
     first: dict[int, int] = {}
@@ -215,12 +252,11 @@ async def fit(
 
     def one_fold(f: int, own_fitted: bool) -> tuple[list[Evidence], list[int], list[int]]:
         train, test = fold != f, np.flatnonzero(fold == f)
-        own = base
         if own_fitted:
-            at_leaf = train & np.isin(gold, leaves)
-            targets = np.array([position[int(g)] for g in gold[at_leaf]], dtype=np.int64)
-            own = train_head(base, leaves, queries[at_leaf], targets)
-        index = index_from(t, model, own, level, DEFAULT, None)
+            own, center = fit_vectors(base, leaves, queries[train], gold[train])
+            index = fitted_index(t, model, own, center, names, DEFAULT)
+        else:
+            index = index_from(t, model, base, level, DEFAULT, None)
         rows, best = held_out(index, queries[test], gold[test].tolist())
         return rows, best, test.tolist()
 
@@ -244,8 +280,8 @@ async def fit(
     confidence = 1 / (1 + np.exp(-(x @ w)))
     at_leaf = np.isin(gold[order], leaves)
     zero_at_leaf = np.isin(gold[zero_order], leaves)
-    targets = np.array([position[int(g)] for g in gold[np.isin(gold, leaves)]], dtype=np.int64)
-    own = await asyncio.to_thread(train_head, base, leaves, queries[np.isin(gold, leaves)], targets)
+    own, center = await asyncio.to_thread(fit_vectors, base, leaves, queries, gold)
+    fitted_level = fitted_index(t, model, own, center, names, DEFAULT).level
     report: FitReport = {
         "labelled_texts": len(labelled),
         "leaf_texts": int(np.isin(gold, leaves).sum()),
@@ -258,7 +294,7 @@ async def fit(
         else None,
         "cv_expected_calibration_error": expected_calibration_error(confidence, y),
     }
-    return FitResult(own, level, calibration, report)
+    return FitResult(own, center, fitted_level, calibration, report)
 
 
 def save_fitted(path: Path, t: Taxonomy, model: str, result: FitResult) -> None:
@@ -276,6 +312,7 @@ def save_fitted(path: Path, t: Taxonomy, model: str, result: FitResult) -> None:
     np.savez(
         tmp,
         own=result.own.astype(np.float32),
+        center=result.center.astype(np.float32),
         calibration=np.array(result.calibration.as_list()),
         level=np.array(result.level),
         meta=np.array(json.dumps(meta)),

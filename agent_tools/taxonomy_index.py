@@ -55,12 +55,30 @@ class TaxonomyIndex:
     fitted: str | None = None  # the fitted index file this came from, None when zero-shot
     outside: np.ndarray | None = None  # (k, dim) unit rows: general topics no node resembles (taxonomy_outside)
     outside_names: tuple[str, ...] = ()
+    center: np.ndarray | None = None  # (dim,) fitted: the labelled texts' mean, taken off every text and node
+
+    def in_space(self, queries: np.ndarray) -> np.ndarray:
+        """Text vectors (one (dim,), or rows) as the index compares them: centred and unit when it is fitted."""
+        return queries if self.center is None else centered(queries, self.center)
 
     @property
     def nbytes(self) -> int:
         arrays = (self.vectors, self.child_ptr, self.child_idx, self.is_leaf, self.leaves, self.size)
         extra = self.outside.nbytes if self.outside is not None else 0
+        extra += self.center.nbytes if self.center is not None else 0
         return sum(a.nbytes for a in arrays) + self.parent.nbytes + self.depth.nbytes + self.reference.nbytes + extra
+
+
+def centered(vectors: np.ndarray, center: np.ndarray) -> np.ndarray:
+    """unit(v - center) for a vector or each row; zero rows (the root's) stay zero."""
+    import numpy as np
+
+    out = (vectors - center).astype(np.float32)
+    norms = np.linalg.norm(out, axis=-1, keepdims=True)
+    out /= np.maximum(norms, 1e-12)
+    if vectors.ndim == 2:
+        out[~vectors.any(axis=1)] = 0.0
+    return out
 
 
 def own_text(t: Taxonomy, i: int) -> str:
@@ -147,16 +165,26 @@ async def build_index(t: Taxonomy, backend: ModelBackend, model: str, own: np.nd
         own = await node_vectors(t, backend, model)
     arrays = structure(t)
     vectors = await asyncio.to_thread(prototypes, own, arrays)
-    names = await backend.embed(model, [t.names[int(i)] for i in arrays["reference"]], is_query=True)
-    level = await asyncio.to_thread(score_level, vectors, arrays["leaves"], arrays["reference"], names)
-    return await with_outside(make_index(t, model, vectors, arrays, level, DEFAULT, None), backend)
+    index = make_index(t, model, vectors, arrays, 0.0, DEFAULT, None)
+    index.level = level_in(index, await reference_names(index, backend))
+    return await with_outside(index, backend)
+
+
+async def reference_names(index: TaxonomyIndex, backend: ModelBackend) -> np.ndarray:
+    """The bare names of the reference leaves, embedded as texts (what `level_in` compares)."""
+    return await backend.embed(index.model, [index.taxonomy.names[int(i)] for i in index.reference], is_query=True)
+
+
+def level_in(index: TaxonomyIndex, names: np.ndarray) -> float:
+    """The index's score level (`score_level`) in its own space, from the reference names' embeddings."""
+    return score_level(index.vectors, index.leaves, index.reference, index.in_space(names))
 
 
 async def with_outside(index: TaxonomyIndex, backend: ModelBackend) -> TaxonomyIndex:
     """The index with the general topics that compete with its leaves (agent_tools/taxonomy_outside.py)."""
     from agent_tools.taxonomy_outside import outside_topics
 
-    vectors, names = await outside_topics(backend, index.model, index.vectors[1:])
+    vectors, names = await outside_topics(backend, index.model, index.vectors[1:], index.center)
     index.outside, index.outside_names = vectors, tuple(names)
     return index
 
@@ -172,11 +200,20 @@ def score_level(vectors: np.ndarray, leaves: np.ndarray, reference: np.ndarray, 
 
 
 def index_from(
-    t: Taxonomy, model: str, own: np.ndarray, level: float, calibration: Calibration, fitted: str | None
+    t: Taxonomy,
+    model: str,
+    own: np.ndarray,
+    level: float,
+    calibration: Calibration,
+    fitted: str | None,
+    center: np.ndarray | None = None,
 ) -> TaxonomyIndex:
-    """An index from given own vectors (a fitted index's leaf rows), level and calibration."""
+    """An index from given own vectors (a fitted index's rows, already centred on `center` when one is
+    given), level and calibration."""
     arrays = structure(t)
-    return make_index(t, model, prototypes(own, arrays), arrays, level, calibration, fitted)
+    index = make_index(t, model, prototypes(own, arrays), arrays, level, calibration, fitted)
+    index.center = center
+    return index
 
 
 def make_index(
@@ -284,6 +321,10 @@ def load_fitted(path: Path, t: Taxonomy, model: str) -> TaxonomyIndex:
         raise TaxonomyError(f"fitted index {path} was fitted for model {meta['model']!r}, not {model!r}")
     with np.load(path, allow_pickle=False) as z:
         own, values, level = z["own"], z["calibration"].tolist(), float(z["level"])
+        center = z["center"] if "center" in z.files else None  # files saved before centring have none
     if own.shape[0] != len(t):
         raise TaxonomyError(f"fitted index {path} has {own.shape[0]} rows for a taxonomy of {len(t)} nodes")
-    return index_from(t, model, own, level, Calibration.from_list(values, str(meta["source"])), str(path))
+    if center is not None and center.shape != own.shape[1:]:
+        raise TaxonomyError(f"fitted index {path} has a centre of shape {center.shape} for {own.shape[1]} dims")
+    calibration = Calibration.from_list(values, str(meta["source"]))
+    return index_from(t, model, own, level, calibration, str(path), center)

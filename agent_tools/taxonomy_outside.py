@@ -30,12 +30,19 @@ def off_topics() -> tuple[str, ...]:
     return tuple(line.strip() for line in text.splitlines() if line.strip())
 
 
-async def outside_topics(backend: ModelBackend, model: str, nodes: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """(unit vectors, names) of the general topics no node of the taxonomy resembles. nodes: (n, dim) unit rows."""
+async def outside_topics(
+    backend: ModelBackend, model: str, nodes: np.ndarray, center: np.ndarray | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """(unit vectors, names) of the general topics no node of the taxonomy resembles. nodes: (n, dim) unit
+    rows, centred on `center` when the index is fitted (the topics are then centred too)."""
     import numpy as np
+
+    from agent_tools.taxonomy_index import centered
 
     names = list(off_topics())
     vectors = (await backend.embed(model, names)).astype(np.float32)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    if center is not None:
+        vectors = centered(vectors, center)
     keep = (vectors @ nodes.T).max(axis=1) < SAME_TOPIC if nodes.size else np.ones(len(names), dtype=bool)
     return vectors[keep], [n for n, k in zip(names, keep.tolist(), strict=True) if k]

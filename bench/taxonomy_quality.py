@@ -8,7 +8,8 @@ calibration error of the confidence (right: the answer is the true node or one o
 with k labelled texts per leaf (the fitted prototypes, agent_tools/taxonomy_fit.py), each leaf's texts split
 into k for fitting and the rest for testing, rotated so every text is tested (`city` has two more labelled
 texts per leaf in city.history.jsonl, and `shop` two more per leaf and nine more on 24 of its leaves in
-shop.history.jsonl, used only here: they measure 3 labelled texts per leaf on both, and 10 on those 24 leaves).
+shop.history.jsonl, used only here: they measure 3 labelled texts per leaf on both, and 10 on those 24 leaves;
+and a `fitted` row: `shoal taxonomy fit` on the history file alone, then the tool's defaults on the set's texts).
 Each k is reported beside zero-shot's top-1 on the same test texts. The defaults were chosen on `support`
 only; the other three sets were not looked at while choosing them.
 
@@ -86,12 +87,13 @@ def tool_answers(index: Any, queries: np.ndarray, **options: Any) -> tuple[list[
     return predicted, [t.by_id[a["best_leaf"]["id"]] for a in answers], [a["confidence"] for a in answers]
 
 
-def shots(index: Any, base: np.ndarray, queries: np.ndarray, gold: list[int], k: int) -> dict[str, Any] | None:
+def shots(
+    index: Any, base: np.ndarray, names: np.ndarray, queries: np.ndarray, gold: list[int], k: int
+) -> dict[str, Any] | None:
     """Best-leaf top-1 with k labelled texts per leaf (rotating which texts are labelled), over the leaves
     that have more than k texts, beside zero-shot's top-1 on the same test texts."""
     from agent_tools.taxonomy import ClassifyOptions, _answer, run_beam
-    from agent_tools.taxonomy_fit import train_head
-    from agent_tools.taxonomy_index import index_from
+    from agent_tools.taxonomy_fit import fit_vectors, fitted_index
 
     t = index.taxonomy
     leaves = index.leaves
@@ -118,10 +120,10 @@ def shots(index: Any, base: np.ndarray, queries: np.ndarray, gold: list[int], k:
             chosen = {ix[(r + j) % len(ix)] for j in range(k)}
             train += sorted(chosen)
             test += [i for i in ix if i not in chosen]
-        own = base
+        fitted = index
         if k:
-            own = train_head(base, leaves, queries[train], np.array([position[gold[i]] for i in train]))
-        fitted = index_from(t, index.model, own, index.level, index.calibration, None)
+            own, center = fit_vectors(base, leaves, queries[train], np.array([gold[i] for i in train]))
+            fitted = fitted_index(t, index.model, own, center, names, index.calibration)
         for i in test:
             right += best(fitted, i) == gold[i]
             zero_right += (zero[i] if i in zero else zero.setdefault(i, best(index, i))) == gold[i]
@@ -135,7 +137,7 @@ async def evaluate(
     """One set's figures; `also` adds rows of the tool with other options (name -> options)."""
     from agent_tools.backend import ModelBackend
     from agent_tools.taxonomy_fit import resolve_label
-    from agent_tools.taxonomy_index import build_index, node_vectors, own_text
+    from agent_tools.taxonomy_index import build_index, node_vectors, own_text, reference_names
 
     t, texts, gold = load_set(name)
     backend = ModelBackend(engine)
@@ -146,6 +148,7 @@ async def evaluate(
     flat = [int(leaves[j]) for j in np.argmax(queries @ flat_vectors.T, axis=1)]
     predicted, best, conf = tool_answers(index, queries)
     base = await node_vectors(t, backend, MINILM)
+    names = await reference_names(index, backend)
     pool_q, pool_gold = queries, gold
     history = DATA / f"{name}.history.jsonl"  # more labelled texts, for the labelled-texts figures only
     if history.exists():
@@ -162,12 +165,28 @@ async def evaluate(
         "leaf_texts": sum(1 for g in gold if g and not t.children[g]),
         "flat": scores(t, flat, flat, gold, [None] * len(flat)),
         "tool": scores(t, predicted, best, gold, conf),
-        "shots": {str(k): shots(index, base, pool_q, pool_gold, k) for k in shot_counts},
+        "shots": {str(k): shots(index, base, names, pool_q, pool_gold, k) for k in shot_counts},
     }
+    if history.exists():  # `shoal taxonomy fit` on the history, then the tool's defaults on the set's texts
+        fitted = await fitted_to(
+            t, backend, [(r["text"], g) for r, g in zip(extra, pool_gold[len(gold) :], strict=True)]
+        )
+        fit_predicted, fit_best, fit_conf = tool_answers(fitted, queries)
+        row["fitted"] = scores(t, fit_predicted, fit_best, gold, fit_conf)
     for key, options in (also or {}).items():
         other, other_best, other_conf = tool_answers(index, queries, **options)
         row[key] = scores(t, other, other_best, gold, other_conf)
     return row
+
+
+async def fitted_to(t: Any, backend: Any, labelled: list[tuple[str, int]]) -> Any:
+    """The index `shoal taxonomy fit` would save for these labelled texts, with its outside topics."""
+    from agent_tools.taxonomy_fit import fit
+    from agent_tools.taxonomy_index import index_from, with_outside
+
+    result = await fit(t, backend, MINILM, labelled)
+    own, level, calibration = result.own, result.level, result.calibration
+    return await with_outside(index_from(t, MINILM, own, level, calibration, "bench", result.center), backend)
 
 
 async def run(sets: list[str], shot_counts: list[int]) -> list[dict[str, Any]]:
@@ -185,7 +204,9 @@ def report(rows: list[dict[str, Any]]) -> None:
     print("set        method  top-1 leaf  best leaf   hF1   leaf->''  no-fit ok   ECE")
     for r in rows:
         tag = f"{r['set']}{'*' if r['chose_defaults'] else ''}"
-        for method in ("flat", "tool"):
+        for method in ("flat", "tool", "fitted"):
+            if method not in r:
+                continue
             m = r[method]
             print(
                 f"{tag:<10} {method:<6}  {f(m['top1_leaf']):>9}  {f(m['best_leaf']):>9}  {f(m['hf1'])}"

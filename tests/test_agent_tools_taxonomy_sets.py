@@ -1,6 +1,6 @@
 """Taxonomy routing on the three labelled sets the defaults were not chosen on (bench/data/taxonomy: city,
 shop, research), MiniLM: against the flat nearest leaf of the same run, calibration error, texts answered
-"", no-fit texts, one and three labelled texts per leaf; and the former absolute constants (temperature 0.03, "none"
+"", no-fit texts, one and three labelled texts per leaf, an index fitted to a history file; and the former absolute constants (temperature 0.03, "none"
 at 0.3) on the same index, which these sets show do not transfer."""
 
 from __future__ import annotations
@@ -47,3 +47,10 @@ def test_held_out_sets_beat_flat_and_are_calibrated(rows: list[dict[str, Any]]) 
     assert sum(s["top1"] for s in one) > sum(s["zero_shot"] for s in one) + 0.03  # one labelled text helps
     three = [r["shots"]["3"] for r in rows if r["set"] in ("city", "shop")]  # the sets with enough texts per leaf
     assert all(s is not None and s["top1"] >= s["zero_shot"] + 0.05 for s in three), three
+    for r in rows:
+        if "fitted" in r:  # `shoal taxonomy fit` on the set's history file, then the defaults on the set's texts
+            fitted, flat = r["fitted"], r["flat"]
+            print(f"{r['set']}: fitted to its history, defaults: {fitted}")
+            assert fitted["top1_leaf"] >= flat["top1_leaf"] + 0.05 and fitted["hf1"] >= flat["hf1"] + 0.05
+            assert fitted["ece"] <= 0.10 and fitted["leaf_texts_empty"] <= 0.10
+    assert sum("fitted" in r for r in rows) == 2  # city and shop have history files
