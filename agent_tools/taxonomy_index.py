@@ -184,7 +184,7 @@ async def with_outside(index: TaxonomyIndex, backend: ModelBackend) -> TaxonomyI
     """The index with the general topics that compete with its leaves (agent_tools/taxonomy_outside.py)."""
     from agent_tools.taxonomy_outside import outside_topics
 
-    vectors, names = await outside_topics(backend, index.model, index.vectors[1:], index.center)
+    vectors, names = await outside_topics(backend, index.model, index.vectors[1:], index.in_space)
     index.outside, index.outside_names = vectors, tuple(names)
     return index
 
