@@ -6,7 +6,8 @@ still carries its parents' meaning. An internal node is represented by a prototy
 with the mean of its children's prototypes, so "Gaming" also looks like the consoles and controllers under
 it. Both live in one matrix `vectors`, row i for node i (the root's row is unused). An index fitted to
 labelled texts (`shoal taxonomy fit`, agent_tools/taxonomy_fit.py) replaces the leaf rows and the
-calibration; it is read from the file saved beside the taxonomy.
+calibration, and is centred: every text and node vector has the labelled texts' mean taken off
+(`TaxonomyIndex.in_space`); it is read from the file saved beside the taxonomy.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ async def build_index(t: Taxonomy, backend: ModelBackend, model: str, own: np.nd
     arrays = structure(t)
     vectors = await asyncio.to_thread(prototypes, own, arrays)
     index = make_index(t, model, vectors, arrays, 0.0, DEFAULT, None)
-    index.level = level_in(index, await reference_names(index, backend))
+    index.level = await asyncio.to_thread(level_in, index, await reference_names(index, backend))
     return await with_outside(index, backend)
 
 
