@@ -196,6 +196,11 @@ class FitResult:
     calibration: Calibration
     report: FitReport
 
+    def index(self, t: Taxonomy, model: str, source: str) -> TaxonomyIndex:
+        """The index this fit describes (what `load_fitted` reads back from the saved file), without the
+        general topics (`with_outside` adds them)."""
+        return index_from(t, model, self.own, self.level, self.calibration, source, self.center)
+
 
 Evidence = tuple[float, float, bool]  # one node on a held-out best path: (confidence, d, right)
 

@@ -182,11 +182,10 @@ async def evaluate(
 async def fitted_to(t: Any, backend: Any, labelled: list[tuple[str, int]]) -> Any:
     """The index `shoal taxonomy fit` would save for these labelled texts, with its outside topics."""
     from agent_tools.taxonomy_fit import fit
-    from agent_tools.taxonomy_index import index_from, with_outside
+    from agent_tools.taxonomy_index import with_outside
 
     result = await fit(t, backend, MINILM, labelled)
-    own, level, calibration = result.own, result.level, result.calibration
-    return await with_outside(index_from(t, MINILM, own, level, calibration, "bench", result.center), backend)
+    return await with_outside(result.index(t, MINILM, "bench"), backend)
 
 
 async def run(sets: list[str], shot_counts: list[int]) -> list[dict[str, Any]]:

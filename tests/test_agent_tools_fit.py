@@ -147,6 +147,7 @@ def test_http_and_mcp_serve_the_fitted_index_by_name(fitted: tuple[Path, dict[st
     assert r["taxonomy"]["fitted"] is True and r["results"][0]["label"].endswith("Rate limits")
 
 
+@pytest.mark.slow
 def test_a_fitted_file_from_before_centring_still_loads(fitted: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     """Fit files written before the centre was saved hold no `center`: they load as uncentred indexes."""
     import numpy as np

@@ -1,7 +1,8 @@
 """Taxonomy routing on the three labelled sets the defaults were not chosen on (bench/data/taxonomy: city,
 shop, research), MiniLM: against the flat nearest leaf of the same run, calibration error, texts answered
-"", no-fit texts, one and three labelled texts per leaf, an index fitted to a history file; and the former absolute constants (temperature 0.03, "none"
-at 0.3) on the same index, which these sets show do not transfer."""
+"", no-fit texts, one and three labelled texts per leaf, an index fitted to a history file; and the former
+absolute constants (temperature 0.03, "none" at 0.3) on the same index, which these sets show do not
+transfer."""
 
 from __future__ import annotations
 
