@@ -1,4 +1,5 @@
-"""Packed attention equals plain per-sequence softmax attention, including runs of equal-length sequences."""
+"""Packed attention equals plain per-sequence softmax attention, including runs of equal-length sequences;
+batches padded to a token bucket leave their real tokens unchanged."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import math
 import pytest
 import torch
 
-from engine.arch.layers import PackedBatch, equal_length_runs, varlen_attention
+from engine.arch.bert import Bert, BertConfig
+from engine.arch.layers import PackedBatch, equal_length_runs, token_bucket, varlen_attention
 
 
 def naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None) -> torch.Tensor:
@@ -50,3 +52,29 @@ def test_varlen_attention_matches_naive(causal: bool, window: int | None, kv_hea
 def test_equal_length_runs() -> None:
     batch = PackedBatch.from_token_lists([[1] * n for n in LENGTHS])
     assert equal_length_runs(batch) == [(0, 2, 1), (2, 3, 4), (14, 1, 9), (23, 2, 2), (27, 1, 9)]
+
+
+def test_token_buckets_are_few_and_tight() -> None:
+    sizes = [token_bucket(n) for n in range(1, 8193)]
+    assert all(s >= n for n, s in enumerate(sizes, 1))
+    assert all(s <= n * 17 / 16 for n, s in enumerate(sizes, 1))  # at most 1/16 more rows
+    assert len(set(sizes[255:])) <= 81  # 16 row counts per power of two: oneDNN's cached kernels serve them all
+    assert sizes[:255] == list(range(1, 256))  # small batches are left as they are
+    assert token_bucket(4000) == 4096 and token_bucket(4096) == 4096 and token_bucket(300) == 304
+
+
+@pytest.mark.parametrize("key_lengths", [None, [1, 1, 3, 2, 4, 9, 2, 1, 5]])
+def test_a_filler_sequence_leaves_every_real_token_unchanged(key_lengths: list[int] | None) -> None:
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+    model = Bert(config).eval()
+    seqs = [[(7 * i + j) % 50 for j in range(n)] for i, n in enumerate(LENGTHS)]
+    batch = PackedBatch.from_token_lists(seqs, key_lengths=key_lengths)
+    padded = batch.with_filler(batch.num_tokens + 16)
+    assert padded.num_tokens == batch.num_tokens + 16
+    assert padded.lengths == [*LENGTHS, padded.num_tokens - batch.num_tokens]
+    with torch.inference_mode():
+        want = model(batch)  # [T, hidden]
+        got = model(padded)[: batch.num_tokens]
+    assert torch.allclose(got, want, atol=1e-6)
+    assert batch.with_filler(batch.num_tokens) is batch

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from engine.arch.bert import BertConfig
 from engine.arch.configs import BackboneConfig, config_of
-from engine.arch.layers import PackedBatch
+from engine.arch.layers import PackedBatch, token_bucket
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_adapter
 from engine.errors import InvalidInput
@@ -154,20 +154,27 @@ class PackedModel:
         names = [s.lora for s in items]
         if self.mixed_adapters == "per_row" or len(set(names)) <= 1:
             with lora.active(self._adapters(names), batch), timed("forward"):
-                return self.backbone(batch), batch
+                return self._backbone(batch), batch
         bounds = batch.cu_seqlens.tolist()
         out: Tensor | None = None
         for name in dict.fromkeys(names):  # one forward per adapter, rows written back in place
             idx = [i for i, n in enumerate(names) if n == name]
             part = self.pack([items[i] for i in idx])
             with lora.active(self._adapters([name] * len(idx)), part), timed("forward"):
-                hidden = self.backbone(part)
+                hidden = self._backbone(part)
             if out is None:
                 out = hidden.new_empty((batch.num_tokens, hidden.shape[1]))
             rows = torch.cat([torch.arange(bounds[i], bounds[i + 1]) for i in idx]).to(hidden.device)
             out[rows] = hidden
         assert out is not None
         return out, batch
+
+    def _backbone(self, batch: PackedBatch) -> Tensor:
+        """The backbone over `batch`, on CPU with a filler sequence bringing it to a token bucket (oneDNN's
+        kernels are cached per row count, engine/arch/layers.py: token_bucket). -> [T, hidden], real tokens."""
+        if self.device != "cpu":
+            return self.backbone(batch)
+        return self.backbone(batch.with_filler(token_bucket(batch.num_tokens)))[: batch.num_tokens]
 
     def _adapters(self, names: list[str | None]) -> list[lora.Adapter | None]:
         cache = {n: self.use_adapter(n) for n in dict.fromkeys(names) if n}
