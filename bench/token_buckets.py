@@ -1,0 +1,109 @@
+"""Token buckets: a CPU forward pass over batches whose token counts are new each round, padded or not.
+
+oneDNN builds and caches a kernel per row count; a serving engine's batches have a new token count almost every
+time. This bench forms fresh batches each round (the corpus shuffled with a new seed, cut at the token budget),
+runs MiniLM's forward over them with the counts padded to `token_bucket` sizes and as they are, rounds
+interleaved, and prints passages/s of each with the ratio, per precision (float32 and bfloat16 where the CPU's
+oneDNN runs it). Writes bench/results/token_buckets.json.
+
+    .venv/bin/python bench/token_buckets.py [--threads 2] [--rounds 8] [--limit 400] [--precisions float32,bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+import engine.model.packed as packed  # noqa: E402
+from engine.arch.linear import _DTYPES  # noqa: E402
+from engine.catalogue.catalogue import Catalogue  # noqa: E402
+from engine.model.loader import load_model  # noqa: E402
+from engine.model.sequences import Encoded  # noqa: E402
+
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+CORPUS = ROOT / "bench" / "data" / "passages.jsonl"
+BUDGET = 4096  # the CPU profile's token budget
+
+
+def fresh_batches(encoded: list[Encoded], seed: int) -> list[list[Encoded]]:
+    """The corpus in a new order, cut into batches of at most BUDGET tokens: new token counts every seed."""
+    order = encoded[:]
+    random.Random(seed).shuffle(order)
+    batches: list[list[Encoded]] = [[]]
+    used = 0
+    for seq in order:
+        if used + len(seq.ids) > BUDGET and batches[-1]:
+            batches.append([])
+            used = 0
+        batches[-1].append(seq)
+        used += len(seq.ids)
+    return batches
+
+
+def measure(precision: str, texts: list[str], rounds: int) -> dict[str, list[float]]:
+    """passages/s per round, bucketed and raw, rounds interleaved (the order flips every round)."""
+    model = load_model(Catalogue().get(MODEL), "cpu", precision=precision)
+    encoded = model.encode_texts(texts, truncate=True)
+    bucket = packed.token_bucket
+    model.forward(encoded[:16])  # warm-up on a small batch (below the bucketed sizes)
+    runs: dict[str, list[float]] = {"bucketed": [], "raw": []}
+    for r in range(rounds):
+        for kind in ("bucketed", "raw") if r % 2 else ("raw", "bucketed"):
+            packed.token_bucket = bucket if kind == "bucketed" else (lambda n: n)
+            batches = fresh_batches(encoded, 2 * r + (kind == "bucketed"))
+            started = time.perf_counter()
+            for batch in batches:
+                model.forward(batch)
+            runs[kind].append(len(texts) / (time.perf_counter() - started))
+    packed.token_bucket = bucket
+    return runs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=8, help="interleaved rounds per variant")
+    ap.add_argument("--limit", type=int, default=400, help="passages of bench/data/passages.jsonl")
+    ap.add_argument("--precisions", default=None, help="comma-separated (default: float32 and bfloat16 if offered)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    offered = ["float32", *(["bfloat16"] if torch.bfloat16 in _DTYPES else [])]
+    precisions = args.precisions.split(",") if args.precisions else offered
+    texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines()][: args.limit]
+    report: dict[str, dict[str, float]] = {}
+    for precision in precisions:
+        runs = measure(precision, texts, args.rounds)
+        row = {
+            f"{k}_{stat}": f(v) for k, v in runs.items() for stat, f in (("best", max), ("median", statistics.median))
+        }
+        row["ratio_median"] = row["bucketed_median"] / row["raw_median"]
+        row["ratio_best"] = row["bucketed_best"] / row["raw_best"]
+        report[precision] = row
+        print(
+            f"{precision:9s} bucketed {row['bucketed_median']:6.1f} passages/s (best {row['bucketed_best']:.1f}), "
+            f"raw {row['raw_median']:6.1f} (best {row['raw_best']:.1f}): "
+            f"{row['ratio_median']:.2f}x median, {row['ratio_best']:.2f}x best",
+            flush=True,
+        )
+    out = ROOT / "bench" / "results" / "token_buckets.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(
+        json.dumps({"threads": args.threads, "rounds": args.rounds, "passages": len(texts), **report}, indent=2)
+    )
+
+
+if __name__ == "__main__":
+    main()
