@@ -4,6 +4,7 @@ batches padded to a token bucket leave their real tokens unchanged."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -78,3 +79,27 @@ def test_a_filler_sequence_leaves_every_real_token_unchanged(key_lengths: list[i
         got = model(padded)[: batch.num_tokens]
     assert torch.allclose(got, want, atol=1e-6)
     assert batch.with_filler(batch.num_tokens) is batch
+
+
+@pytest.mark.parametrize("pad", [True, False])
+def test_the_model_pads_to_a_bucket_only_where_it_is_switched_on(
+    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch, pad: bool
+) -> None:
+    """PAD_TO_BUCKETS (on for AMX CPUs) decides whether the backbone sees a filler; the hidden states are the
+    same either way."""
+    import engine.model.packed as packed
+    from engine.catalogue.catalogue import Catalogue
+    from engine.model.loader import load_model
+
+    model = load_model(Catalogue().get(str(tiny_bert)), offline=True)
+    vocab = model.backbone.embeddings.tokens.num_embeddings  # type: ignore[union-attr]
+    seqs = [[(11 * i + j) % (vocab - 5) + 5 for j in range(40 + 2 * i)] for i in range(10)]  # 490 tokens: bucket 496
+    seen: list[int] = []
+    backbone = model.backbone
+    monkeypatch.setattr(model, "backbone", lambda b: (seen.append(b.num_tokens), backbone(b))[1])
+    monkeypatch.setattr(packed, "PAD_TO_BUCKETS", False)
+    want, _ = model.forward(seqs)
+    monkeypatch.setattr(packed, "PAD_TO_BUCKETS", pad)
+    got, _ = model.forward(seqs)
+    assert seen == [490, token_bucket(490) if pad else 490] and token_bucket(490) == 496
+    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6)

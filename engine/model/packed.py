@@ -25,13 +25,19 @@ from engine.metrics import timed
 from engine.model import lora, memory
 from engine.model.checkpoint import FAMILIES
 from engine.model.heads import CardHeads
-from engine.model.precision import DeviceProfile, device_profile, supported
+from engine.model.precision import DeviceProfile, cpu_features, device_profile, supported
 from engine.model.quantize import quantize_linears
 from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded, LateInteraction
 from engine.model.tokenizer import TextTokenizer
 
 Sequences = list[Encoded] | list[list[int]]
+
+# Pad CPU batches to token buckets only where oneDNN's per-row-count kernels cost a first call: on AMX a bf16
+# linear's first call with a new row count ran at 185-345 GFLOP/s against 700-750 later (bf16 forward +15% on
+# fresh batch shapes); on AVX512-BF16 without AMX the first call ran at 0.95x a later one, so the filler's
+# extra tokens were pure cost (bf16 0.96-0.98x). bench/token_buckets.py measures both; it flips this.
+PAD_TO_BUCKETS = "amx" in cpu_features()
 
 
 @dataclass
@@ -170,9 +176,9 @@ class PackedModel:
         return out, batch
 
     def _backbone(self, batch: PackedBatch) -> Tensor:
-        """The backbone over `batch`, on CPU with a filler sequence bringing it to a token bucket (oneDNN's
+        """The backbone over `batch`, on an AMX CPU with a filler sequence bringing it to a token bucket (oneDNN's
         kernels are cached per row count, engine/arch/layers.py: token_bucket). -> [T, hidden], real tokens."""
-        if self.device != "cpu":
+        if self.device != "cpu" or not PAD_TO_BUCKETS:
             return self.backbone(batch)
         return self.backbone(batch.with_filler(token_bucket(batch.num_tokens)))[: batch.num_tokens]
 
