@@ -94,12 +94,17 @@ def test_the_model_pads_to_a_bucket_only_where_it_is_switched_on(
     model = load_model(Catalogue().get(str(tiny_bert)), offline=True)
     vocab = model.backbone.embeddings.tokens.num_embeddings  # type: ignore[union-attr]
     seqs = [[(11 * i + j) % (vocab - 5) + 5 for j in range(40 + 2 * i)] for i in range(10)]  # 490 tokens: bucket 496
-    seen: list[int] = []
+    seen: list[int] = []  # the token count the backbone is given, per forward
     backbone = model.backbone
-    monkeypatch.setattr(model, "backbone", lambda b: (seen.append(b.num_tokens), backbone(b))[1])
+
+    def counted(batch: PackedBatch) -> torch.Tensor:
+        seen.append(batch.num_tokens)
+        return backbone(batch)
+
+    monkeypatch.setattr(model, "backbone", counted)
     monkeypatch.setattr(packed, "PAD_TO_BUCKETS", False)
     want, _ = model.forward(seqs)
     monkeypatch.setattr(packed, "PAD_TO_BUCKETS", pad)
     got, _ = model.forward(seqs)
     assert seen == [490, token_bucket(490) if pad else 490] and token_bucket(490) == 496
-    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-6)
+    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)  # rounding only

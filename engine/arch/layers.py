@@ -100,8 +100,9 @@ def token_bucket(n: int) -> int:
     oneDNN builds (JIT-compiles) a kernel for every row count it meets and caches it: a linear layer's first call
     with a new count ran at under half the speed of later ones in bf16 on AMX (about 0.8x in float32). A server's
     large batches have a new token count almost every time, so on AMX they are padded to these sizes (at most
-    1/16 more rows, about 3% on average) and the cached kernels serve them (engine/model/packed.py decides where). Below 256 tokens (one or a few sentences) the
-    counts repeat anyway, and a filler sequence would cost more than it saves."""
+    1/16 more rows, about 3% on average) and the cached kernels serve them (engine/model/packed.py decides
+    where). Below 256 tokens (one or a few sentences) the counts repeat anyway, and a filler sequence would cost
+    more than it saves."""
     if n < 256:
         return n
     step = 1 << (n.bit_length() - 5)  # [2^k, 2^(k+1)) in steps of 2^(k-4)

@@ -35,7 +35,7 @@ Sequences = list[Encoded] | list[list[int]]
 
 # Pad CPU batches to token buckets only where oneDNN's per-row-count kernels cost a first call: on AMX a bf16
 # linear's first call with a new row count ran at 185-345 GFLOP/s against 700-750 later (bf16 forward +15% on
-# fresh batch shapes); on AVX512-BF16 without AMX the first call ran at 0.95x a later one, so the filler's
+# fresh batch shapes); on AVX512-BF16 without AMX the first call ran at 0.94-0.97x a later one, so the filler's
 # extra tokens were pure cost (bf16 0.96-0.98x). bench/token_buckets.py measures both; it flips this.
 PAD_TO_BUCKETS = "amx" in cpu_features()
 
