@@ -84,12 +84,18 @@ def test_gate_catches_a_ranking_loss_the_cosine_misses(minilm: PackedModel) -> N
 
 
 @pytest.mark.skipif("int8" not in available("cpu"), reason="fbgemm int8 kernels need x86 with AVX2")
-def test_int8_profile_runs_close_to_float32_on_minilm(minilm: PackedModel) -> None:
-    """Close (its gate figures are recorded), though on MiniLM not close enough for the default gate's worst-text bar."""
+def test_int8_profile_passes_the_gate_on_minilm(minilm: PackedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With its outlying rows quantised apart, MiniLM's int8 clears the gate (the worst text at 0.9956 when this
+    was written); with one scale for every row (the ratio made infinite) its worst text fails the 0.99 bar."""
+    import engine.model.quantize as quantize
+
     int8 = minilm.variant("int8")
     assert sum(isinstance(m, Int8Linear) for m in int8.backbone.modules()) == 6 * 6  # q, k, v, out, up, down
     result = run_gate(minilm, int8)
-    assert result.mean_cosine > 0.98 and result.ndcg_drop <= MAX_NDCG_DROP, result.as_dict()
+    assert result.passed and result.min_cosine >= MIN_WORST_COSINE + 0.003, result.as_dict()
+    monkeypatch.setattr(quantize, "OUTLIER_RATIO", float("inf"))
+    one_scale = run_gate(minilm, int8)
+    assert not one_scale.passed and one_scale.min_cosine < MIN_WORST_COSINE, one_scale.as_dict()
     assert minilm.precision.name == "float32"  # the reference was not touched
 
 

@@ -1,9 +1,16 @@
 """int8 dynamic quantisation of a backbone's linear layers (CPU, fbgemm).
 
 Each weight matrix is stored as int8 with one scale per output channel; each call quantises its input to 8
-bits with one scale for the whole batch (7 bits: fbgemm's AVX2 kernels would overflow their 16-bit partial
-sums with 8), multiplies in integers and returns float32 with the bias added. Attention scores, norms,
-activations and the heads stay float32.
+bits with one scale for the whole batch, multiplies in integers and returns float32 with the bias added.
+Attention scores, norms, activations and the heads stay float32.
+
+One scale for the whole batch is what fbgemm's dynamic kernel offers, and a few rows spoil it: BERT-style
+encoders give their first token values 5-10x the other tokens' (all-MiniLM-L6-v2: 17 against a median of
+2.3 going into the MLP's down projection), so every other row is left a few quantisation levels. Rows whose
+largest magnitude is over OUTLIER_RATIO times the batch's median row are therefore run apart, with a scale of
+their own (they are a fraction of a percent of the rows). On all-MiniLM-L6-v2 this took the mean cosine to
+float32 from 0.9938 to 0.9980 and the worst from 0.983 to 0.996 on 400 passages of technical documentation
+(the ratio was chosen on the quality gate's texts, not those), for about a sixth of int8's speed on one AVX-512 CPU.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ import warnings
 
 import torch
 from torch import Tensor, nn
+
+OUTLIER_RATIO = 3.0  # a row over this many times the median row's largest |value| is quantised on its own
 
 
 class Int8Linear(nn.Module):
@@ -33,7 +42,19 @@ class Int8Linear(nn.Module):
         self.register_buffer("weight_scale", scale, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.ops.quantized.linear_dynamic(x, self._packed, False)  # [T, in] -> [T, out] float32
+        rows = x.reshape(-1, self.in_features)  # [..., in] -> [T, in]
+        peak = rows.abs().amax(dim=1)  # [T] each row's largest magnitude
+        outlier = peak > OUTLIER_RATIO * peak.median()  # [T]
+        if not bool(outlier.any()):
+            return self._linear(x)  # [..., out]
+        apart = outlier.nonzero().squeeze(1)  # [R] the outlying rows
+        out = self._linear(rows.masked_fill(outlier[:, None], 0.0))  # [T, out]: zeros do not widen the range
+        out[apart] = self._linear(rows[apart])  # [R, out] with their own scale
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def _linear(self, x: Tensor) -> Tensor:
+        """fbgemm's dynamic int8 linear: x quantised with one scale -> float32 with the bias. [..., in] -> [..., out]"""
+        return torch.ops.quantized.linear_dynamic(x, self._packed, False)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
