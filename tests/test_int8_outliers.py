@@ -49,3 +49,9 @@ def test_inputs_with_leading_dimensions_keep_their_shape() -> None:
         flat = int8(x)  # [256, 32]
         batched = int8(x.reshape(4, 64, 64))  # [4, 64, 32]
     assert batched.shape == (4, 64, 32) and torch.equal(batched.reshape(256, 32), flat)
+
+
+def test_an_empty_batch_gives_an_empty_answer() -> None:
+    _, int8, x = layer_and_rows(1.0)
+    with torch.inference_mode():
+        assert int8(x[:0]).shape == (0, 32)
