@@ -33,7 +33,7 @@ def test_an_outlying_row_no_longer_costs_the_other_rows_their_resolution(monkeyp
     error_shared = (shared[1:] - want[1:]).abs().max().item()
     assert error_apart * 5 < error_shared, (error_apart, error_shared)
     relative_outlier = ((apart[0] - want[0]).norm() / want[0].norm()).item()
-    assert relative_outlier < 0.02  # the outlying row itself is as exact as any
+    assert relative_outlier < 0.05  # the outlying row itself keeps int8 precision
 
 
 def test_a_batch_without_outliers_is_one_fbgemm_call() -> None:
