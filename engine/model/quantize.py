@@ -3,8 +3,7 @@
 Each weight matrix is stored as int8 with one scale per output channel; each call quantises its input to 8
 bits with one scale for the whole batch (all 8 bits: on AVX2-only CPUs fbgemm's 16-bit partial sums can then
 saturate, and the quality gate measures what that costs), multiplies in integers and returns float32 with the
-bias added.
-Attention scores, norms, activations and the heads stay float32.
+bias added. Attention scores, norms, activations and the heads stay float32.
 
 One scale for the whole batch is what fbgemm's dynamic kernel offers, and a few rows spoil it: BERT-style
 encoders give their first token values 5-10x the other tokens' (all-MiniLM-L6-v2: 17 against a median of
