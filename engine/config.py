@@ -138,6 +138,14 @@ class EngineSettings(BaseSettings):
     precision: Literal["float32", "float16", "bfloat16", "int8"] | None = Field(
         default=None, description="pin every model to this precision (no auto-tune); None: tuned or card's choice"
     )
+    cpu_kernels: bool = Field(
+        default=True,
+        description="shoal's own bfloat16 attention kernel on CPUs with AVX512-BF16 (built once per machine with "
+        "the system's C++ compiler, kept in kernel_cache); 0: torch's attention",
+    )
+    kernel_cache: Path = Field(
+        default=Path("~/.cache/shoal/kernels").expanduser(), description="where built CPU kernels are kept"
+    )
     profile_store: Path = Field(
         default=Path("~/.cache/shoal/profiles.json").expanduser(), description="tuned profiles per (model, device)"
     )

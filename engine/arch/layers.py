@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from engine.arch import cpu_attention
 from engine.arch.linear import FusedLinear
 
 try:  # flash-attn is optional; used only on CUDA tensors
@@ -132,8 +133,10 @@ def varlen_attention(
     """
     if flash_attn_varlen_func is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         return _flash(q, k, v, batch, causal, window)  # flash-attn takes half precision only
-    out = torch.empty_like(q)
     gqa = k.shape[1] != q.shape[1]
+    if cpu_attention.usable(q, causal, window, gqa):  # bf16 on AVX512-BF16 CPUs: one call for the whole batch
+        return cpu_attention.varlen_attention_bf16(q, k, v, batch.cu_seqlens, batch.key_lengths)
+    out = torch.empty_like(q)
     if batch.key_lengths is None:  # sequences of equal length share one SDPA call, still without padding
         for start, n, length in equal_length_runs(batch):
             end = start + n * length
