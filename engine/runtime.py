@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, overload
 
 from engine.aio import cancel_and_wait
-from engine.arch import cpu_attention
 from engine.catalogue.cards import ModelCard, TaskKind
 from engine.catalogue.catalogue import Catalogue, check_serves, model_info
 from engine.catalogue.folders import FolderPolicy
@@ -22,6 +21,7 @@ from engine.client.sync import SyncFacade
 from engine.config import EngineSettings
 from engine.errors import DeadlineExceeded, InvalidInput
 from engine.metrics import QUEUE_DEPTH
+from engine.model.kernels import apply_kernels
 from engine.model.loaded import Loader
 from engine.model.loader import load
 from engine.model.memory import FaultInjector
@@ -92,7 +92,7 @@ class AsyncEngine(ModelCalls):
         if self.ready:
             return self
         self.threads = apply_threads(self.settings.threads)  # torch, tokenizer and event loop share the cores
-        cpu_attention.configure(self.settings.cpu_kernels, self.settings.kernel_cache)
+        apply_kernels(self.settings.cpu_kernels, self.settings.kernel_cache)
         if self.queue is None and self.settings.queue_url:
             from engine.queue.nats.queue import NatsQueue  # distributed mode: nats-py is only needed here
 
