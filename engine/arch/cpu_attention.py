@@ -2,10 +2,11 @@
 machine with the system's C++ compiler on first use, cached, then loaded into torch as `torch.ops.shoal_cpu`.
 
 Why a kernel of our own: torch's CPU flash attention is called once per run of equal-length sequences, and a
-server's batches mix lengths, so each call carries a few short sequences; at head size 32 it reached 55-67
-GFLOP/s on an AMX CPU, a tenth of the bf16 matmul peak, and took over a third of the forward pass. No library
-offers packed variable-length attention on the CPU. This one takes the whole packed batch in one call (work
-shared by (sequence, head), longest first) and is about 2x faster (bench/cpu_attention.py).
+server's batches mix lengths, so each call carries a few short sequences; at head size 32 it took over a third
+of MiniLM's bf16 forward pass while doing a tenth of its FLOPs. No library offers packed variable-length
+attention on the CPU. This one takes the whole packed batch in one call (work shared by (sequence, head),
+longest first); on an AMX Xeon it ran 1.6x torch's SDPA and the bf16 forward 1.23x (bench/cpu_attention.py,
+docs/performance.md).
 
 Anything that stops it (no compiler, no AVX512-BF16, a build error, `disable()`) leaves torch's SDPA in use.
 """
