@@ -30,14 +30,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from bench.token_buckets import fresh_batches  # noqa: E402
+from bench.token_buckets import CORPUS, MODEL, fresh_batches  # noqa: E402
 from engine.arch import cpu_attention  # noqa: E402
 from engine.arch.layers import PackedBatch, varlen_attention  # noqa: E402
 from engine.catalogue.catalogue import Catalogue  # noqa: E402
 from engine.model.loader import load_model  # noqa: E402
-
-MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-CORPUS = ROOT / "bench" / "data" / "passages.jsonl"
+from engine.model.packed import PackedModel  # noqa: E402
+from engine.model.sequences import Encoded  # noqa: E402
 
 
 def attention_flops(lengths: list[int], heads: int, head_dim: int) -> int:
@@ -86,10 +85,8 @@ def scaling(lengths: list[int], heads: int, head_dim: int) -> dict[str, float]:
     return out
 
 
-def whole_forward(texts: list[str], rounds: int) -> dict[str, list[float]]:
+def whole_forward(model: PackedModel, encoded: list[Encoded], rounds: int) -> dict[str, list[float]]:
     """passages/s of MiniLM's bf16 forward with the kernel and with torch's SDPA, rounds interleaved."""
-    model = load_model(Catalogue().get(MODEL), "cpu", precision="bfloat16")
-    encoded = model.encode_texts(texts, truncate=True)
     model.forward(encoded[:16])
     runs: dict[str, list[float]] = {"kernel": [], "sdpa": []}
     for r in range(rounds):
@@ -99,7 +96,7 @@ def whole_forward(texts: list[str], rounds: int) -> dict[str, list[float]]:
             started = time.perf_counter()
             for batch in batches:
                 model.forward(batch)
-            runs[path].append(len(texts) / (time.perf_counter() - started))
+            runs[path].append(len(encoded) / (time.perf_counter() - started))
     cpu_attention.configure(True)
     return runs
 
@@ -117,7 +114,8 @@ def main() -> None:
     model = load_model(Catalogue().get(MODEL), "cpu", precision="bfloat16")
     heads = model.backbone.config.num_attention_heads
     head_dim = model.backbone.config.head_dim
-    batches = [[len(s.ids) for s in b] for b in fresh_batches(model.encode_texts(texts, truncate=True), 0)]
+    encoded = model.encode_texts(texts, truncate=True)
+    batches = [[len(s.ids) for s in b] for b in fresh_batches(encoded, 0)]
     alone = attention_alone(batches, heads, head_dim)
     print(
         f"attention alone ({len(batches)} batches, {heads} heads of {head_dim}): kernel {alone['kernel_gflops']:.1f} "
@@ -127,7 +125,7 @@ def main() -> None:
     )
     scale = scaling(batches[0], heads, head_dim)
     print("scaling, ns per kFLOP at 1x / 4x / 16x one batch: " + " / ".join(f"{v:.2f}" for v in scale.values()))
-    runs = whole_forward(texts, args.rounds)
+    runs = whole_forward(model, encoded, args.rounds)
     med = {k: statistics.median(v) for k, v in runs.items()}
     print(
         f"bf16 forward: kernel {med['kernel']:.1f} passages/s (best {max(runs['kernel']):.1f}), SDPA "

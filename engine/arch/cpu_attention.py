@@ -33,7 +33,8 @@ FLAGS += ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16",
 
 _lock = threading.Lock()
 _enabled = True
-_tiles = True  # AMX where the CPU has it (the kernel checks); False: its AVX512-BF16 path everywhere
+_tiles = True  # AMX where the CPU has it; False: the kernel's AVX512-BF16 path everywhere
+_amx = False  # this CPU has AMX-BF16 and Linux granted the tile registers (set when the kernel loads)
 _cache_dir = Path("~/.cache/shoal/kernels").expanduser()
 _loaded: bool | None = None  # None: not tried yet
 
@@ -48,9 +49,14 @@ def configure(enabled: bool, cache_dir: Path | None = None, tiles: bool = True) 
 
 
 def cpu_supported() -> bool:
-    """True when this CPU has the instructions the kernel is compiled for."""
-    probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
-    return bool(probe is not None and probe())
+    """True when this CPU has the instructions the kernel needs (AVX512-BF16; AMX is optional)."""
+    return bool(torch.cpu.get_capabilities().get("avx512_bf16", False))
+
+
+def _amx_granted() -> bool:
+    """True when this CPU has AMX-BF16 tiles and Linux lets this process use them (torch asks for them)."""
+    caps = torch.cpu.get_capabilities()
+    return bool(caps.get("amx_bf16") and caps.get("amx_tile") and torch.cpu._init_amx())
 
 
 def usable(q: Tensor, causal: bool, window: int | None, gqa: bool) -> bool:
@@ -74,8 +80,10 @@ def ready() -> bool:
 
 
 def _load() -> bool:
+    global _amx
     if not cpu_supported():
         return False
+    _amx = _amx_granted()
     try:
         library = _build()
         torch.ops.load_library(str(library))  # type: ignore[no-untyped-call]
@@ -125,6 +133,12 @@ def varlen_attention_bf16(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, k
     keys = key_lengths if key_lengths is not None else cu_seqlens.new_empty(0)
     scale = q.shape[-1] ** -0.5
     out: Tensor = torch.ops.shoal_cpu.varlen_attention_bf16(
-        q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens.int().contiguous(), keys.int(), scale, _tiles
+        q.contiguous(),
+        k.contiguous(),
+        v.contiguous(),
+        cu_seqlens.int().contiguous(),
+        keys.int(),
+        scale,
+        _tiles and _amx,
     )
     return out

@@ -12,9 +12,6 @@
 #include <immintrin.h>
 #include <torch/library.h>
 
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -210,17 +207,6 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-bool amx_usable() {  // the CPU has AMX-BF16 and Linux lets this process use the tile registers
-  static const bool ok = [] {
-    unsigned a, b, c, d;
-    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    const bool cpu = (d >> 22 & 1) && (d >> 24 & 1);  // AMX-BF16, AMX-TILE
-    constexpr long kReqPerm = 0x1023, kXtiledata = 18;
-    return cpu && syscall(SYS_arch_prctl, kReqPerm, kXtiledata) == 0;
-  }();
-  return ok;
-}
-
 // Runs on one thread: keeps the caller's tile configuration (oneDNN's) and puts it back when done.
 struct TileScope {
   alignas(64) uint8_t saved[64];
@@ -352,10 +338,9 @@ at::Tensor varlen_attention_bf16(const at::Tensor& q, const at::Tensor& k, const
   const float fscale = static_cast<float>(scale);
   std::atomic<int64_t> next{0};
   const int64_t n = static_cast<int64_t>(units.size());
-  const bool amx = use_amx && amx_usable();
   at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
     thread_local Buffers b;  // kept between calls: allocating per call cost more than the work on 2 threads
-    if (amx) {
+    if (use_amx) {  // the caller has checked the CPU and asked Linux for the tile registers
       TileScope tiles;
       for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1))
         attend_amx(units[i], qp, kp, vp, op, row_stride, d, fscale, b);
