@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import http.client
 import statistics
 import time
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from engine.arch.flops import linear_shapes
-from engine.arch.linear import FusedLinear
+from engine.arch.linear import FusedLinear, lay_out_weights
 from engine.model.precision import DTYPES
 from engine.model.quantize import Int8Linear
 from engine.wire import packb, unpackb
@@ -29,14 +30,15 @@ MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 class MatmulPeak:
     """The linear layers of one transformer layer of the model (q, k, v, out, up, down) in one precision, run
-    back to back on `tokens` rows, on each kernel this machine offers for them (PyTorch's addmm and oneDNN's
-    linear, engine/arch/linear.py): the best FLOP/s over every call of `measure` is the roofline."""
+    back to back on `tokens` rows, on each kernel this machine offers for them (PyTorch's addmm, oneDNN's
+    linear on the plain weight and on the weight laid out for it, engine/arch/linear.py): the best FLOP/s over
+    every call of `measure` is the roofline."""
 
     def __init__(self, config: Any, precision: str, tokens: int) -> None:
         self.precision = precision
         dtype = DTYPES[precision]
         g = torch.Generator().manual_seed(0)
-        self.kernels: list[list[nn.Module]] = [[], []]  # addmm, oneDNN (the same weights)
+        self.kernels: list[list[nn.Module]] = [[], [], []]  # addmm, oneDNN, oneDNN laid out (the same weights)
         self.inputs: dict[int, torch.Tensor] = {}
         self.flops = 0
         for n_in, n_out in linear_shapes(config):
@@ -51,6 +53,9 @@ class MatmulPeak:
                 plain.load_state_dict(fused.state_dict())
                 self.kernels[0].append(plain)
                 self.kernels[1].append(fused)
+                laid = copy.deepcopy(fused)
+                if lay_out_weights([laid]):
+                    self.kernels[2].append(laid)
             self.inputs.setdefault(n_in, torch.randn(tokens, n_in, generator=g).to(dtype))
             self.flops += 2 * tokens * n_in * n_out
         self.best = 0.0

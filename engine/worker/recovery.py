@@ -3,7 +3,6 @@ split, then RESOURCE_EXHAUSTED alone), and a batch that fails otherwise is halve
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -13,6 +12,7 @@ import torch
 from engine.errors import InternalError, ResourceExhausted, ShoalError
 from engine.metrics import ISOLATED, OOM_RECOVERIES
 from engine.model.memory import FaultInjector, free_cuda_cache
+from engine.model.threads import in_compute_thread
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -69,7 +69,7 @@ class Recovery(Generic[T, R]):
 
     async def _attempt(self, part: list[T], tokens: int, tried: _Tried) -> list[R | ShoalError]:
         try:
-            return list(await asyncio.to_thread(self._forward, part, tokens))
+            return list(await in_compute_thread(self._forward, part, tokens))
         except torch.OutOfMemoryError as e:
             free_cuda_cache()
             if not tried.evicted:
