@@ -22,7 +22,6 @@ Results: bench/results/roofline.json.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
@@ -41,9 +40,9 @@ import numpy as np  # noqa: E402
 
 from bench.roofline_parts import (  # noqa: E402
     MODEL,
+    HttpClients,
     MatmulPeak,
     delta,
-    http_pass,
     one_sentence_latency,
     plot,
     stage_seconds_local,
@@ -108,6 +107,7 @@ class Systems:
         self.st = SentenceTransformer(str(minilm_dir()), device="cpu")
         self.engines: dict[str, Any] = {}
         self.servers: dict[str, Any] = {}
+        self.clients: dict[str, HttpClients] = {}
         for name in precisions:
             path = store / f"{name}.json"  # float32: no stored profile, the card's own, and no auto-tune
             pinned = name == "float32"  # else its first load would tune it into another precision
@@ -118,6 +118,7 @@ class Systems:
                 env = {"SHOAL_THREADS": str(threads), "SHOAL_PROFILE_STORE": str(path)}
                 env |= {"SHOAL_AUTO_TUNE": "0"} if pinned else {}
                 self.servers[name] = LiveServer(env=env).wait_ready()
+                self.clients[name] = HttpClients(self.servers[name].url)
         self.peers: dict[str, Any] = {}
         if peers:
             from bench.roofline_peers import ShoalDefault, make_peers
@@ -148,7 +149,7 @@ class Systems:
         elif kind == "inproc":
             vecs = np.stack([r["dense"] for r in self.engines[precision].encode(MODEL, texts)])
         else:
-            vecs = asyncio.run(http_pass(self.servers[precision].url, texts))
+            vecs = self.clients[precision].encode(texts)
         return time.perf_counter() - started, vecs
 
     def stages(self, name: str) -> dict[str, float]:
@@ -160,6 +161,8 @@ class Systems:
     def close(self) -> None:
         for engine in self.engines.values():
             engine.close()
+        for client in self.clients.values():
+            client.close()
         for server in self.servers.values():
             server.stop()
         if "default" in self.peers:

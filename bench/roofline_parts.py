@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import http.client
 import statistics
 import time
@@ -17,7 +16,7 @@ import torch
 from torch import nn
 
 from engine.arch.flops import linear_shapes
-from engine.arch.linear import FusedLinear, lay_out_weights
+from engine.arch.linear import FusedLinear
 from engine.model.precision import DTYPES
 from engine.model.quantize import Int8Linear
 from engine.wire import packb, unpackb
@@ -30,15 +29,14 @@ MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 class MatmulPeak:
     """The linear layers of one transformer layer of the model (q, k, v, out, up, down) in one precision, run
-    back to back on `tokens` rows, on each kernel this machine offers for them (PyTorch's addmm, oneDNN's
-    linear on the plain weight and on the weight laid out for it, engine/arch/linear.py): the best FLOP/s over
-    every call of `measure` is the roofline."""
+    back to back on `tokens` rows, on each kernel this machine offers for them (PyTorch's addmm and oneDNN's
+    linear, engine/arch/linear.py): the best FLOP/s over every call of `measure` is the roofline."""
 
     def __init__(self, config: Any, precision: str, tokens: int) -> None:
         self.precision = precision
         dtype = DTYPES[precision]
         g = torch.Generator().manual_seed(0)
-        self.kernels: list[list[nn.Module]] = [[], [], []]  # addmm, oneDNN, oneDNN laid out (the same weights)
+        self.kernels: list[list[nn.Module]] = [[], []]  # addmm, oneDNN (the same weights)
         self.inputs: dict[int, torch.Tensor] = {}
         self.flops = 0
         for n_in, n_out in linear_shapes(config):
@@ -53,9 +51,6 @@ class MatmulPeak:
                 plain.load_state_dict(fused.state_dict())
                 self.kernels[0].append(plain)
                 self.kernels[1].append(fused)
-                laid = copy.deepcopy(fused)
-                if lay_out_weights([laid]):
-                    self.kernels[2].append(laid)
             self.inputs.setdefault(n_in, torch.randn(tokens, n_in, generator=g).to(dtype))
             self.flops += 2 * tokens * n_in * n_out
         self.best = 0.0
@@ -101,22 +96,41 @@ def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]
 # -- HTTP ---------------------------------------------------------------------------------------------------
 
 
-async def http_pass(url: str, texts: list[str], clients: int = 4, batch: int = 32) -> np.ndarray:
-    """Encode `texts` over HTTP (msgpack) from `clients` concurrent clients sending batches of `batch`."""
-    chunks = [texts[i : i + batch] for i in range(0, len(texts), batch)]
-    out: list[np.ndarray | None] = [None] * len(chunks)
-    todo = iter(range(len(chunks)))
+class HttpClients:
+    """`clients` concurrent HTTP clients (msgpack) on connections kept open between passes, as a real client's
+    are: each pass times the requests, not the making of an event loop, an SSL context and connections
+    (about 20 ms a pass here, while the server sits idle)."""
 
-    async def client_loop(client: httpx.AsyncClient) -> None:
-        for k in todo:
-            body = packb({"items": [{"text": t} for t in chunks[k]]})
-            r = await client.post(f"/v1/encode/{MODEL}", content=body, headers={"Content-Type": "application/msgpack"})
-            r.raise_for_status()
-            out[k] = np.stack([item["dense"]["values"] for item in unpackb(r.content)["items"]])
+    def __init__(self, url: str, clients: int = 4, batch: int = 32) -> None:
+        self.clients, self.batch = clients, batch
+        self.loop = asyncio.new_event_loop()
+        self.client = httpx.AsyncClient(
+            base_url=url, timeout=600, limits=httpx.Limits(max_keepalive_connections=clients)
+        )
 
-    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
-        await asyncio.gather(*(client_loop(client) for _ in range(clients)))
-    return np.concatenate(out)  # type: ignore[arg-type]
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Encode `texts` in batches of `batch`, `clients` requests in flight at once."""
+        return self.loop.run_until_complete(self._pass(texts))
+
+    async def _pass(self, texts: list[str]) -> np.ndarray:
+        chunks = [texts[i : i + self.batch] for i in range(0, len(texts), self.batch)]
+        out: list[np.ndarray | None] = [None] * len(chunks)
+        todo = iter(range(len(chunks)))
+
+        async def client_loop() -> None:
+            for k in todo:
+                body = packb({"items": [{"text": t} for t in chunks[k]]})
+                headers = {"Content-Type": "application/msgpack"}
+                r = await self.client.post(f"/v1/encode/{MODEL}", content=body, headers=headers)
+                r.raise_for_status()
+                out[k] = np.stack([item["dense"]["values"] for item in unpackb(r.content)["items"]])
+
+        await asyncio.gather(*(client_loop() for _ in range(self.clients)))
+        return np.concatenate(out)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.aclose())
+        self.loop.close()
 
 
 def one_sentence_latency(url: str, sentence: str, n: int = 100) -> dict[str, float]:

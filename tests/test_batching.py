@@ -12,6 +12,7 @@ import pytest
 from engine.config import EngineSettings
 from engine.model.packing import pack_by_budget
 from engine.runtime import AsyncEngine
+from engine.worker.loop import PRIVATE_PULL_BATCHES, Worker
 
 
 def test_pack_by_budget_respects_budget_and_covers_all() -> None:
@@ -102,3 +103,27 @@ async def test_a_lone_caller_does_not_wait_for_company_but_overlapping_callers_d
     assert len(together) == 8
     assert alone and set(alone) == {0.0}, f"a lone caller's pulls lingered: {alone}"
     assert 0.3 in waits[len(alone) :], f"overlapping callers never got the linger: {waits}"
+
+
+@pytest.mark.parametrize("shared", [False, True])
+async def test_a_private_queue_packs_requests_a_little_over_one_batch_together(tiny_bert: Path, shared: bool) -> None:
+    """Requests of about 1.4 batches each: a worker alone on its queue takes two a pull (their items pack into
+    full batches); on a queue other workers share it takes about one batch's worth and leaves the rest."""
+    budget = 256
+    async with AsyncEngine(EngineSettings(max_batch_tokens=budget, batch_wait_ms=0), worker=False) as eng:
+        assert eng.queue is not None
+        eng.queue.shared = shared  # type: ignore[misc]  # what a NATS queue says of itself
+        model = str(tiny_bert)
+        await eng.registry.get(model)
+        calls = [asyncio.create_task(eng.encode(model, ["word " * 90] * 4)) for _ in range(4)]  # ~360 est. tokens
+        await asyncio.sleep(0.05)  # all four queued before the worker starts
+        worker = Worker(eng.queue, eng.registry, eng.settings)
+        assert worker.pull_budget() == budget * (1 if shared else PRIVATE_PULL_BATCHES)
+        first = await eng.queue.pull(prefer=[model], max_tasks=1024, max_tokens=worker.pull_budget(), wait=0)
+        assert len(first) == (1 if shared else 2)
+        for d in first:
+            await d.nak()
+        running = asyncio.create_task(worker.run())
+        results = await asyncio.gather(*calls)
+        running.cancel()
+    assert [len(r) for r in results] == [4] * 4

@@ -45,8 +45,7 @@ def test_concurrent_requests_run_every_forward_on_one_thread(tiny_bert: Path, mo
 
     monkeypatch.setattr(packed.PackedModel, "forward", recording)
     texts = [f"sentence number {i} about a topic" for i in range(24)]
-    with shoal.Engine() as engine:
-        with ThreadPoolExecutor(4) as pool:  # four callers at once, as four HTTP clients would be
-            outs = list(pool.map(lambda i: engine.encode(str(tiny_bert), texts[i::4]), range(4)))
+    with shoal.Engine() as engine, ThreadPoolExecutor(4) as pool:  # four callers at once, as HTTP clients
+        outs = list(pool.map(lambda i: engine.encode(str(tiny_bert), texts[i::4]), range(4)))
     assert sum(len(o) for o in outs) == len(texts)
     assert len(seen) == 1

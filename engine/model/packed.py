@@ -18,7 +18,6 @@ from torch import Tensor, nn
 from engine.arch.bert import BertConfig
 from engine.arch.configs import BackboneConfig, config_of
 from engine.arch.layers import PackedBatch, token_bucket
-from engine.arch.linear import laid_out_bytes, lay_out_weights
 from engine.catalogue.cards import ModelCard
 from engine.catalogue.weights import resolve_adapter
 from engine.errors import InvalidInput
@@ -57,22 +56,18 @@ class PackedModel:
     # (one forward, each adapter's delta added to its own rows). bench/lora_batching.py measured grouped faster.
     mixed_adapters: Literal["grouped", "per_row"] = "grouped"
 
-    def __post_init__(self) -> None:
-        lay_out_weights(self.modules())  # once, for oneDNN's matmuls (CPU only; engine/arch/linear.py)
-
     # -- the LoadedModel protocol ------------------------------------------------------------------
 
     def modules(self) -> list[nn.Module]:
         return [self.backbone, *self.heads.modules.values()]
 
     def tensor_bytes(self) -> int:
-        return memory.tensor_bytes(self.modules()) + laid_out_bytes(self.modules())
+        return memory.tensor_bytes(self.modules())
 
     def move_to(self, device: str) -> None:
         if device != self.device:
             memory.move_modules(self.modules(), device)
             self.device = device
-            lay_out_weights(self.modules())  # laid out again on the CPU, dropped elsewhere
 
     # -- what the model is -------------------------------------------------------------------------
 
@@ -106,7 +101,6 @@ class PackedModel:
         """Change the dtype of every module's float tensors."""
         for module in self.modules():
             module.to(dtype)
-        lay_out_weights(self.modules())
 
     def variant(self, precision: str) -> PackedModel:
         """A copy of this (float32) model in another precision of its device, sharing the tokenizer and the

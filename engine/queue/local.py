@@ -38,6 +38,8 @@ class _LocalDelivery:
 class InProcessQueue:
     """asyncio queue for the embedded engine: submit returns when a worker acks or terms the task."""
 
+    shared = False  # one worker pulls from it
+
     def __init__(self, max_depth: int = 100_000) -> None:
         self._pending: list[_LocalDelivery] = []
         self._ready = asyncio.Event()
@@ -55,7 +57,8 @@ class InProcessQueue:
         return await future
 
     async def pull(self, prefer: Sequence[str], max_tasks: int, max_tokens: int, wait: float) -> list[Delivery]:
-        """Wait for work, then linger up to `wait` seconds to fill the batch; preferred models first."""
+        """Wait for work, then linger up to `wait` seconds to fill the batch; preferred models first. Tasks are
+        taken until their estimated tokens reach `max_tokens` (the last one may pass it, as a NATS pull does)."""
         while True:
             self._pending = [d for d in self._pending if not d.future.done()]  # callers that gave up: not run
             if self._pending:
@@ -77,7 +80,7 @@ class InProcessQueue:
         taken: list[int] = []
         tokens = 0
         for i in order:
-            if taken and (len(taken) >= max_tasks or tokens + self._pending[i].task.est_tokens > max_tokens):
+            if taken and (len(taken) >= max_tasks or tokens >= max_tokens):
                 break
             taken.append(i)
             tokens += self._pending[i].task.est_tokens

@@ -24,7 +24,10 @@ class Delivery(Protocol):
 
 
 class WorkQueue(Protocol):
-    """submit (gateway side), pull (worker side) and depth; implementations are interchangeable."""
+    """submit (gateway side), pull (worker side) and depth; implementations are interchangeable. `shared`: other
+    workers pull from it too (a worker then takes about one batch a pull and leaves the rest to idle ones)."""
+
+    shared: bool
 
     async def submit(self, task: Task) -> Result: ...
     async def pull(self, prefer: Sequence[str], max_tasks: int, max_tokens: int, wait: float) -> list[Delivery]: ...

@@ -20,6 +20,8 @@ from engine.tasks.task import Task
 class NatsQueue:
     """WorkQueue over JetStream. Gateway side: submit, depth. Worker side: pull (locality first, allow-list)."""
 
+    shared = True  # every worker of the cluster pulls from the one stream
+
     def __init__(
         self, nc: NATS, js: JetStreamContext, settings: EngineSettings, gateway: bool = True, worker: bool = True
     ) -> None:
