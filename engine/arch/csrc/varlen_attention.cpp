@@ -22,18 +22,16 @@ namespace {
 
 constexpr int kRows = 4;  // query rows per block
 
-// 2^t for t <= 0, float32: a degree-4 polynomial on the fraction and scalef for the exponent. Relative error
-// under 1e-4, well inside bfloat16's rounding (4e-3), which every probability goes through next.
+// 2^t for finite t <= 0, float32: t = n + f with f = t - round(t) in [-0.5, 0.5] (one vreduceps), a degree-3
+// polynomial on f and scalef for n. Relative error under 1e-4, far inside bfloat16's rounding (4e-3), which
+// every probability goes through next; a very negative t gives 0.
 inline __m512 exp2_neg(__m512 t) {
-  t = _mm512_max_ps(t, _mm512_set1_ps(-126.0f));
-  __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 f = _mm512_sub_ps(t, n);  // [-0.5, 0.5]
-  __m512 p = _mm512_set1_ps(9.618129e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550411e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(5.517166108e-02f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.426111549e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.932609677e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999280572e-01f));
+  return _mm512_scalef_ps(p, _mm512_sub_ps(t, f));
 }
 
 inline __m512i bcast_pair(const uint16_t* p) {  // two bf16 values repeated in every 32-bit lane
@@ -91,21 +89,36 @@ inline __mmask16 live_lanes(int64_t j, int64_t n_keys) {  // lanes of keys [j, j
   return j < n_keys ? static_cast<__mmask16>((1u << (n_keys - j)) - 1) : 0;
 }
 
-// Softmax numerators exp(scale * (s - max)) of one row of raw scores as bf16, keys past n_keys 0; returns
-// the sum of the rounded numerators (what the values are then weighted by).
+// Softmax numerators exp(scale * (s - max)) of one row of raw scores as bf16, keys past n_keys 0 (up to kp,
+// a multiple of 16); returns their sum. Whole vectors of live keys run unmasked, two at a time (two max and
+// sum chains, one conversion to bf16 for 32 values); only the vectors at and past n_keys are masked.
 inline float softmax_row(const float* s, int64_t n_keys, int64_t kp, float scale, uint16_t* out) {
-  __m512 m = _mm512_set1_ps(-INFINITY);
-  for (int64_t j = 0; j < n_keys; j += 16) m = _mm512_mask_max_ps(m, live_lanes(j, n_keys), m, _mm512_loadu_ps(s + j));
+  const int64_t whole = n_keys / 32 * 32;  // keys [0, whole) in unmasked pairs of vectors
+  __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+  for (int64_t j = 0; j < whole; j += 32) {
+    m0 = _mm512_max_ps(m0, _mm512_loadu_ps(s + j));
+    m1 = _mm512_max_ps(m1, _mm512_loadu_ps(s + j + 16));
+  }
+  for (int64_t j = whole; j < n_keys; j += 16) m0 = _mm512_mask_max_ps(m0, live_lanes(j, n_keys), m0, _mm512_loadu_ps(s + j));
   const float c = scale * 1.44269504088896341f;  // scale and log2(e) in one factor
-  const __m512 cv = _mm512_set1_ps(c), shift = _mm512_set1_ps(-c * _mm512_reduce_max_ps(m));
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < kp; j += 16) {
-    __m512 e = _mm512_maskz_mov_ps(live_lanes(j, n_keys), exp2_neg(_mm512_fmadd_ps(_mm512_loadu_ps(s + j), cv, shift)));
+  const __m512 cv = _mm512_set1_ps(c), shift = _mm512_set1_ps(-c * _mm512_reduce_max_ps(_mm512_max_ps(m0, m1)));
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
+  int64_t j = 0;
+  for (; j < whole; j += 32) {
+    const __m512 e0 = exp2_neg(_mm512_fmadd_ps(_mm512_loadu_ps(s + j), cv, shift));
+    const __m512 e1 = exp2_neg(_mm512_fmadd_ps(_mm512_loadu_ps(s + j + 16), cv, shift));
+    sum0 = _mm512_add_ps(sum0, e0);
+    sum1 = _mm512_add_ps(sum1, e1);
+    _mm512_storeu_si512(out + j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0)));  // e0 low, e1 high
+  }
+  for (; j < kp; j += 16) {  // the vector holding the last keys, then zeros
+    const __mmask16 live = live_lanes(j, n_keys);
+    const __m512 e = _mm512_maskz_mov_ps(live, exp2_neg(_mm512_fmadd_ps(_mm512_loadu_ps(s + j), cv, shift)));
+    sum0 = _mm512_add_ps(sum0, e);
     __m256bh b = _mm512_cvtneps_pbh(e);
-    sum = _mm512_add_ps(sum, _mm512_cvtpbh_ps(b));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), reinterpret_cast<__m256i&>(b));
   }
-  return _mm512_reduce_add_ps(sum);
+  return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
 }
 
 // Outputs of R rows for head columns [d0, d0 + 16*NC): sum over key pairs of probs x values.
