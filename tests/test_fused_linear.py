@@ -10,7 +10,7 @@ from torch import nn
 
 from engine.arch import linear
 from engine.arch.layers import MLP
-from engine.arch.linear import FusedLinear
+from engine.arch.linear import FusedLinear, linear_plus
 from engine.model.quantize import Int8Linear, quantize_linears
 
 needs_onednn = pytest.mark.skipif(not linear.ENABLED, reason="oneDNN's linear is not available on this machine")
@@ -91,3 +91,32 @@ def test_a_dtype_this_cpus_onednn_refuses_takes_the_plain_path(monkeypatch: pyte
     with torch.inference_mode():
         assert not layer.fusable(x) and layer.with_activation(x, "gelu") is None
         assert torch.equal(layer(x), reference(layer, x))
+
+
+@pytest.mark.skipif(not linear.RESIDUAL, reason="oneDNN's linear with a residual epilogue is not available here")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_residual_added_inside_the_matmul_gives_the_plain_sum(dtype: torch.dtype) -> None:
+    if dtype not in linear._DTYPES:
+        pytest.skip(f"oneDNN's linear does not run {dtype} on this CPU")
+    torch.manual_seed(0)
+    layer = FusedLinear(64, 48).to(dtype).eval()
+    x, residual = torch.randn(29, 64).to(dtype), torch.randn(29, 48).to(dtype)
+    with torch.inference_mode():
+        fused = linear_plus(layer, x, residual).float()
+    plain = (reference(layer, x).float() + residual.float()).to(dtype).float()
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    assert torch.allclose(fused, plain, atol=tol, rtol=tol)
+
+
+def test_a_hooked_or_int8_layer_adds_the_residual_after_its_own_output() -> None:
+    torch.manual_seed(0)
+    layer = FusedLinear(16, 8).eval()
+    layer.register_forward_hook(lambda _m, _i, out: out + 1.0)  # a LoRA delta belongs to the linear's output
+    x, residual = torch.randn(5, 16), torch.randn(5, 8)
+    with torch.inference_mode():
+        got = linear_plus(layer, x, residual)
+        q = Int8Linear(FusedLinear(16, 8).eval())
+        got_int8 = linear_plus(q, x, residual)
+        want_int8 = q(x) + residual
+    assert torch.allclose(got, reference(layer, x) + 1.0 + residual, atol=1e-5)
+    assert torch.allclose(got_int8, want_int8)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine.arch import cpu_attention
-from engine.arch.linear import FusedLinear
+from engine.arch.linear import FusedLinear, linear_plus
 
 try:  # flash-attn is optional; used only on CUDA tensors
     from flash_attn import flash_attn_varlen_func  # type: ignore[import-not-found]
@@ -248,7 +248,10 @@ class SelfAttention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm_eps else None
         self.k_norm = RMSNorm(self.head_dim, qk_norm_eps) if qk_norm_eps else None
 
-    def forward(self, x: Tensor, batch: PackedBatch, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, batch: PackedBatch, rope: tuple[Tensor, Tensor] | None = None, residual: Tensor | None = None
+    ) -> Tensor:
+        """Attention over `x` [T, hidden], plus `residual` when given (added inside the output projection)."""
         t = x.shape[0]  # x: [T, hidden]
         q = self.query(x).view(t, self.heads, self.head_dim)  # [T, H, D]
         k = self.key(x).view(t, self.kv_heads, self.head_dim)  # [T, KV, D]
@@ -257,8 +260,8 @@ class SelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q, k = apply_rotary(q, rope), apply_rotary(k, rope)
-        o = varlen_attention(q, k, v, batch, causal=self.causal, window=self.window)  # [T, H, D]
-        return self.out(o.reshape(t, -1))  # [T, hidden]
+        o = varlen_attention(q, k, v, batch, causal=self.causal, window=self.window).reshape(t, -1)  # [T, H*D]
+        return self.out(o) if residual is None else linear_plus(self.out, o, residual)  # [T, hidden]
 
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -283,12 +286,13 @@ class MLP(nn.Module):
         self.up = FusedLinear(hidden, intermediate, bias=bias)
         self.down = FusedLinear(intermediate, hidden, bias=bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        """[T, hidden] -> [T, hidden], plus `residual` when given (added inside the down projection)."""
         up = self.up  # an Int8Linear in an int8 profile: then no fused activation
         h = up.with_activation(x, self.activation) if isinstance(up, FusedLinear) else None
         if h is None:
             h = self.act(up(x))  # [T, hidden] -> [T, intermediate]
-        return self.down(h)  # [T, intermediate] -> [T, hidden]
+        return self.down(h) if residual is None else linear_plus(self.down, h, residual)  # [T, hidden]
 
 
 class PostNormBlock(nn.Module):
@@ -302,8 +306,8 @@ class PostNormBlock(nn.Module):
         self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
 
     def forward(self, x: Tensor, batch: PackedBatch, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        x = self.attn_norm(x + self.attn(x, batch, rope))  # [T, hidden]
-        return self.mlp_norm(x + self.mlp(x))
+        x = self.attn_norm(self.attn(x, batch, rope, residual=x))  # [T, hidden]
+        return self.mlp_norm(self.mlp(x, residual=x))
 
 
 class GatedMLP(nn.Module):
@@ -318,18 +322,20 @@ class GatedMLP(nn.Module):
         self.up = FusedLinear(hidden, intermediate, bias=bias)
         self.down = FusedLinear(intermediate, hidden, bias=bias)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down(self.act(self.gate(x)) * self.up(x))  # [T, hidden] -> [T, intermediate] -> [T, hidden]
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        """[T, hidden] -> [T, hidden], plus `residual` when given (added inside the down projection)."""
+        h = self.act(self.gate(x)) * self.up(x)  # [T, intermediate]
+        return self.down(h) if residual is None else linear_plus(self.down, h, residual)  # [T, hidden]
 
 
 class PreNormBlock(nn.Module):
     """The modern block (ModernBERT, Llama, Qwen): normalise, attend, add; normalise, feed forward, add."""
 
-    def __init__(self, attn: SelfAttention, mlp: nn.Module, attn_norm: nn.Module, mlp_norm: nn.Module) -> None:
+    def __init__(self, attn: SelfAttention, mlp: MLP | GatedMLP, attn_norm: nn.Module, mlp_norm: nn.Module) -> None:
         super().__init__()
         self.attn_norm, self.attn = attn_norm, attn
         self.mlp_norm, self.mlp = mlp_norm, mlp
 
     def forward(self, x: Tensor, batch: PackedBatch, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        x = x + self.attn(self.attn_norm(x), batch, rope)  # [T, hidden]
-        return x + self.mlp(self.mlp_norm(x))
+        x = self.attn(self.attn_norm(x), batch, rope, residual=x)  # [T, hidden]
+        return self.mlp(self.mlp_norm(x), residual=x)

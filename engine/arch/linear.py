@@ -54,6 +54,23 @@ def _probe() -> bool:
 ENABLED = _probe()  # tests may turn it off to compare the two paths
 
 
+def _probe_residual() -> bool:
+    """True when oneDNN's linear with a residual added in its epilogue exists here and matches F.linear + r."""
+    op = getattr(getattr(torch.ops.mkldnn, "_linear_pointwise", None), "binary", None)
+    if not ENABLED or op is None:
+        return False
+    try:
+        g = torch.Generator().manual_seed(1)
+        x, w, b, r = (torch.randn(*shape, generator=g) for shape in ((8, 16), (12, 16), (12,), (8, 12)))
+        with torch.inference_mode():
+            return bool(torch.allclose(op(x, r, w, b, "add"), F.linear(x, w, b) + r, atol=1e-4))
+    except RuntimeError:
+        return False
+
+
+RESIDUAL = _probe_residual()  # the residual add inside the matmul
+
+
 class FusedLinear(nn.Linear):
     """nn.Linear whose CPU inference forward runs on oneDNN's linear (bias in the epilogue)."""
 
@@ -72,6 +89,14 @@ class FusedLinear(nn.Linear):
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return super().forward(x)
 
+    def plus(self, x: Tensor, residual: Tensor) -> Tensor:
+        """linear(x) + residual: the residual added in oneDNN's epilogue where the fused path takes this call
+        and no hook watches the module (a LoRA delta belongs to the linear's own output), else after it."""
+        hooked = bool(self._forward_hooks or self._forward_pre_hooks)
+        if hooked or not (RESIDUAL and self.fusable(x)) or residual.dtype != x.dtype or residual.shape[0] != x.shape[0]:
+            return self(x) + residual
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.weight, self.bias, "add")
+
     def with_activation(self, x: Tensor, activation: str) -> Tensor | None:
         """act(linear(x)) in one oneDNN call, or None when it cannot be fused here: another device or dtype,
         an activation oneDNN does not fuse, or hooks on this module (a LoRA delta must be added before the
@@ -81,3 +106,9 @@ class FusedLinear(nn.Linear):
             return None
         attr, algorithm = fused
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, attr, [], algorithm)
+
+
+def linear_plus(layer: nn.Module, x: Tensor, residual: Tensor) -> Tensor:
+    """layer(x) + residual, in one oneDNN call where `layer` is a FusedLinear that can take it (an int8
+    profile's layers are not)."""
+    return layer.plus(x, residual) if isinstance(layer, FusedLinear) else layer(x) + residual
