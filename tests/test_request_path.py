@@ -2,8 +2,9 @@
 the real HTTP app (in process, tiny random-weight models) are traced, every call of an engine function with
 the rooms on its call stack, and checked against the path the document draws.
 
-Forward passes run in a thread (asyncio.to_thread), so the trace is set for every thread (threading.setprofile)
-as well as this one (sys.setprofile), before the app's threads start.
+Forward passes run on the process's compute thread (engine/model/threads.py), so the trace is set for every
+thread (threading.setprofile) as well as this one (sys.setprofile), before the app's threads and a fresh
+compute thread start.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fastapi.testclient import TestClient
 
 from engine.config import EngineSettings
 from engine.http.app import create_app
+from engine.model import threads
 from engine.runtime import AsyncEngine
 from engine.tasks.results import JSONObject
 from tests.test_architecture import ALLOWED, REPO, room
@@ -124,7 +126,9 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClien
     cross = {"tasks": ["score"], "outputs": ["score"], "pooling": "cls", "score": {"kind": "classifier"}}
     write_card(cards, {"id": CROSS, "source": {"path": str(root / "ce")}, **base, **cross})
     trace = Trace()
-    threading.setprofile(trace)  # threads started from now on: the app's portal, asyncio.to_thread's workers
+    earlier = threads._compute  # an earlier test's compute thread started untraced: this one gets its own
+    threads._compute = None
+    threading.setprofile(trace)  # threads started from now on: the app's portal, the compute thread
     sys.setprofile(trace)
     try:
         with TestClient(create_app(AsyncEngine(EngineSettings(model_dir=cards, offline=True)))) as client:
@@ -134,6 +138,9 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClien
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
+        traced_thread, threads._compute = threads._compute, earlier
+        if traced_thread is not None:
+            traced_thread.shutdown(wait=False)
 
 
 CALLS: dict[str, tuple[str, JSONObject]] = {  # one round trip of each task kind: path and body
