@@ -140,8 +140,8 @@ class EngineSettings(BaseSettings):
     )
     cpu_kernels: bool = Field(
         default=True,
-        description="shoal's own bfloat16 attention kernel on CPUs with AVX512-BF16 (built once per machine with "
-        "the system's C++ compiler, kept in kernel_cache); 0: torch's attention",
+        description="shoal's own bfloat16 attention and LayerNorm kernels on CPUs with AVX512-BF16 (built once per "
+        "machine with the system's C++ compiler, kept in kernel_cache); 0: torch's attention and LayerNorm",
     )
     kernel_cache: Path = Field(
         default=Path("~/.cache/shoal/kernels").expanduser(), description="where built CPU kernels are kept"

@@ -8,7 +8,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from engine.arch.heads import ClassifierHead, MLMHead
-from engine.arch.layers import PackedBatch, PostNormBlock, Rotary
+from engine.arch.layers import LayerNorm, PackedBatch, PostNormBlock, Rotary
 
 
 @dataclass
@@ -64,7 +64,7 @@ class BertEmbeddings(nn.Module):
         self.tokens = nn.Embedding(c.vocab_size, c.hidden_size)
         self.positions = nn.Embedding(c.max_position_embeddings, c.hidden_size) if c.rotary_base is None else None
         self.token_types = nn.Embedding(c.type_vocab_size, c.hidden_size)
-        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.norm = LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.offset = c.position_offset
 
     def forward(self, batch: PackedBatch) -> Tensor:

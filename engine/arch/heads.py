@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from engine.arch.layers import ACTIVATIONS, PackedBatch
+from engine.arch.layers import ACTIVATIONS, LayerNorm, PackedBatch
 from engine.arch.pooling import POOLERS
 
 
@@ -36,7 +36,7 @@ class ClassifierHead(nn.Module):
         self.pool = POOLERS[pooling]
         self.act = ACTIVATIONS[activation] if activation else None
         self.dense = nn.Linear(hidden, hidden, bias=dense_bias) if activation else None
-        self.norm = nn.LayerNorm(hidden, eps=norm_eps, bias=norm_bias) if norm_eps else None
+        self.norm = LayerNorm(hidden, eps=norm_eps, bias=norm_bias) if norm_eps else None
         self.out = nn.Linear(hidden, labels, bias=out_bias)
 
     def forward(self, hidden: Tensor, batch: PackedBatch) -> Tensor:
@@ -65,7 +65,7 @@ class MLMHead(nn.Module):
         super().__init__()
         self.act = ACTIVATIONS[activation]
         self.dense = nn.Linear(hidden, hidden, bias=dense_bias)
-        self.norm = nn.LayerNorm(hidden, eps=norm_eps, bias=norm_bias)
+        self.norm = LayerNorm(hidden, eps=norm_eps, bias=norm_bias)
         self.decoder = nn.Linear(hidden, vocab, bias=decoder_bias)  # weight usually tied to the embeddings
 
     def forward(self, hidden: Tensor) -> Tensor:

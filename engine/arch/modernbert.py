@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from engine.arch.bert import num_labels
 from engine.arch.heads import ClassifierHead, MLMHead
-from engine.arch.layers import GatedMLP, PackedBatch, PreNormBlock, Rotary, SelfAttention
+from engine.arch.layers import GatedMLP, LayerNorm, PackedBatch, PreNormBlock, Rotary, SelfAttention
 
 
 class ModernBertConfig(BaseModel):
@@ -64,19 +64,19 @@ class ModernBert(nn.Module):
         self.max_len = c.max_len
         h, eps, nb = c.hidden_size, c.norm_eps, c.norm_bias
         self.tokens = nn.Embedding(c.vocab_size, h)
-        self.embed_norm = nn.LayerNorm(h, eps=eps, bias=nb)
+        self.embed_norm = LayerNorm(h, eps=eps, bias=nb)
         self.layers = nn.ModuleList()
         self.local = [kind == "sliding_attention" for kind in c.layer_types]  # layers that attend in a window
         for i, kind in enumerate(c.layer_types):
             window = c.local_attention // 2 if kind == "sliding_attention" else None
             attn = SelfAttention(h, c.num_attention_heads, c.attention_bias, window=window)
             mlp = GatedMLP(h, c.intermediate_size, c.hidden_activation, c.mlp_bias)
-            attn_norm = nn.Identity() if i == 0 else nn.LayerNorm(h, eps=eps, bias=nb)
-            self.layers.append(PreNormBlock(attn, mlp, attn_norm, nn.LayerNorm(h, eps=eps, bias=nb)))
+            attn_norm = nn.Identity() if i == 0 else LayerNorm(h, eps=eps, bias=nb)
+            self.layers.append(PreNormBlock(attn, mlp, attn_norm, LayerNorm(h, eps=eps, bias=nb)))
         head_dim = h // c.num_attention_heads
         self.global_rope = Rotary(head_dim, c.global_theta)
         self.local_rope = Rotary(head_dim, c.local_theta)
-        self.final_norm = nn.LayerNorm(h, eps=eps, bias=nb)
+        self.final_norm = LayerNorm(h, eps=eps, bias=nb)
 
     def forward(self, batch: PackedBatch) -> Tensor:
         x = self.embed_norm(self.tokens(batch.input_ids))  # [T, hidden]
