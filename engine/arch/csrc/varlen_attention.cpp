@@ -53,7 +53,7 @@ struct Buffers {
   std::vector<uint16_t> vp;      // [KP/2][D][2] values, pairs along keys
   std::vector<float> scores;     // [kRows][KP]
   std::vector<uint16_t> probs;   // [kRows][KP] bf16, unnormalised
-  std::vector<uint16_t> queries; // AMX: [rows padded to 16][D]
+  std::vector<uint16_t> queries; // AMX: the last block's queries, [16][D] zero-padded
   std::vector<float> outputs;    // AMX: [16][D]
 };
 
@@ -168,24 +168,51 @@ void rows(const Unit& u, int64_t i0, const uint16_t* q, uint16_t* o, int64_t row
   output_rows<R>(b.probs.data(), kp, b.vp.data(), d, inv, orows);
 }
 
+// 16 rows of 16 32-bit values transposed in registers (r[i] lane j -> r[j] lane i): 32-bit and 64-bit unpacks
+// make 4x4 blocks inside each 128-bit lane, two rounds of 128-bit shuffles move the blocks.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int m = 0; m < 16; m += 4) {  // u[m + c], lane L: column 4L + c of rows m .. m+3
+    u[m] = _mm512_unpacklo_epi64(t[m], t[m + 2]);
+    u[m + 1] = _mm512_unpackhi_epi64(t[m], t[m + 2]);
+    u[m + 2] = _mm512_unpacklo_epi64(t[m + 1], t[m + 3]);
+    u[m + 3] = _mm512_unpackhi_epi64(t[m + 1], t[m + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // row 4L + c of the result: lane L of u[c], u[4 + c], u[8 + c], u[12 + c]
+    const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    r[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+}
+
 // Keys as [D/2][kp][2] and values as [kp/2][D][2] (pairs along the reduced dimension), zero past the keys.
 void pack(const Unit& u, const uint16_t* k, const uint16_t* v, int64_t row_stride, int64_t d, int64_t kp,
           Buffers& b) {
   b.kt.assign(d * kp, 0);
   b.vp.assign(kp * d, 0);
   uint32_t* kt32 = reinterpret_cast<uint32_t*>(b.kt.data());
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i rows = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(kp)));  // pair p -> row p
-  for (int64_t j = 0; j < u.keys; ++j) {  // key j's 16 pairs at a time go down column j
-    const uint16_t* krow = k + (u.start + j) * row_stride + u.head * d;
-    for (int64_t p = 0; p < d / 2; p += 16)
-      _mm512_i32scatter_epi32(kt32 + p * kp + j, rows, _mm512_loadu_si512(krow + 2 * p), 4);
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t j0 = 0; j0 < u.keys; j0 += 16) {  // 16 keys x 16 pairs a block, transposed in registers
+    for (int64_t p0 = 0; p0 < d / 2; p0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = j0 + i < u.keys ? _mm512_loadu_si512(k + (u.start + j0 + i) * row_stride + u.head * d + 2 * p0) : zero;
+      transpose16(r);  // r[p]: pair p0 + p of keys j0 .. j0 + 15
+      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(kt32 + (p0 + p) * kp + j0, r[p]);
+    }
   }
   // values: rows j and j+1 interleaved element by element, 16 dims (32 values) a store
   const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
                                       5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-  const __m512i zero = _mm512_setzero_si512();
   for (int64_t j = 0; j < u.keys; j += 2) {
     const uint16_t* v0 = v + (u.start + j) * row_stride + u.head * d;
     const uint16_t* v1 = v0 + row_stride;
@@ -257,11 +284,10 @@ inline void amx_scores(const uint16_t* kt, int64_t kp, int64_t j0, float* scores
 }
 
 template <int NC>
-void amx_rows(const Unit& u, int64_t i0, int64_t d, int64_t kp, float scale, uint16_t* o, int64_t row_stride,
-              Buffers& b) {
-  const uint16_t* q = b.queries.data() + i0 * d;
+void amx_rows(const Unit& u, int64_t i0, const uint16_t* q, int64_t q_stride, int64_t d, int64_t kp, float scale,
+              uint16_t* o, int64_t row_stride, Buffers& b) {
 #define SHOAL_LOAD_Q(c) \
-  if (NC > c) _tile_loadd(c, q + 32 * c, d * 2);
+  if (NC > c) _tile_loadd(c, q + 32 * c, q_stride * 2);
   SHOAL_LOAD_Q(0) SHOAL_LOAD_Q(1) SHOAL_LOAD_Q(2) SHOAL_LOAD_Q(3)
 #undef SHOAL_LOAD_Q
   float* scores = b.scores.data();
@@ -298,20 +324,25 @@ void amx_rows(const Unit& u, int64_t i0, int64_t d, int64_t kp, float scale, uin
 void attend_amx(const Unit& u, const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* o,
                 int64_t row_stride, int64_t d, float scale, Buffers& b) {
   const int64_t kp = (u.keys + 31) / 32 * 32;
-  const int64_t lp = (u.length + kTile - 1) / kTile * kTile;
   pack(u, k, v, row_stride, d, kp, b);
   b.scores.resize(kTile * kp);
   b.probs.resize(kTile * kp);
   b.outputs.resize(kTile * d);
-  b.queries.assign(lp * d, 0);
-  for (int64_t i = 0; i < u.length; ++i)
-    std::copy_n(q + (u.start + i) * row_stride + u.head * d, d, b.queries.data() + i * d);
   for (int64_t i0 = 0; i0 < u.length; i0 += kTile) {
+    // whole blocks of 16 queries load straight from q; the last, shorter one from a zero-padded copy
+    const uint16_t* qb = q + (u.start + i0) * row_stride + u.head * d;
+    int64_t q_stride = row_stride;
+    if (i0 + kTile > u.length) {
+      b.queries.assign(kTile * d, 0);
+      for (int64_t i = 0; i < u.length - i0; ++i) std::copy_n(qb + i * row_stride, d, b.queries.data() + i * d);
+      qb = b.queries.data();
+      q_stride = d;
+    }
     switch (d / 32) {
-      case 1: amx_rows<1>(u, i0, d, kp, scale, o, row_stride, b); break;
-      case 2: amx_rows<2>(u, i0, d, kp, scale, o, row_stride, b); break;
-      case 3: amx_rows<3>(u, i0, d, kp, scale, o, row_stride, b); break;
-      default: amx_rows<4>(u, i0, d, kp, scale, o, row_stride, b); break;
+      case 1: amx_rows<1>(u, i0, qb, q_stride, d, kp, scale, o, row_stride, b); break;
+      case 2: amx_rows<2>(u, i0, qb, q_stride, d, kp, scale, o, row_stride, b); break;
+      case 3: amx_rows<3>(u, i0, qb, q_stride, d, kp, scale, o, row_stride, b); break;
+      default: amx_rows<4>(u, i0, qb, q_stride, d, kp, scale, o, row_stride, b); break;
     }
   }
 }
