@@ -30,7 +30,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from bench.token_buckets import CORPUS, MODEL, fresh_batches  # noqa: E402
+from bench.token_buckets import CORPUS, MODEL, fresh_batches, interleaved_rounds  # noqa: E402
 from engine.arch import cpu_attention  # noqa: E402
 from engine.arch.layers import PackedBatch, varlen_attention  # noqa: E402
 from engine.catalogue.catalogue import Catalogue  # noqa: E402
@@ -88,15 +88,8 @@ def scaling(lengths: list[int], heads: int, head_dim: int) -> dict[str, float]:
 def whole_forward(model: PackedModel, encoded: list[Encoded], rounds: int) -> dict[str, list[float]]:
     """passages/s of MiniLM's bf16 forward with the kernel and with torch's SDPA, rounds interleaved."""
     model.forward(encoded[:16])
-    runs: dict[str, list[float]] = {"kernel": [], "sdpa": []}
-    for r in range(rounds):
-        for path in ("kernel", "sdpa") if r % 2 else ("sdpa", "kernel"):
-            cpu_attention.configure(path == "kernel")
-            batches = fresh_batches(encoded, r)
-            started = time.perf_counter()
-            for batch in batches:
-                model.forward(batch)
-            runs[path].append(len(encoded) / (time.perf_counter() - started))
+    arms = {"kernel": lambda: cpu_attention.configure(True), "sdpa": lambda: cpu_attention.configure(False)}
+    runs = interleaved_rounds(model, encoded, arms, rounds, lambda r, _arm: r)  # both arms: the same batches
     cpu_attention.configure(True)
     return runs
 

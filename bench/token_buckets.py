@@ -18,6 +18,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +32,7 @@ import engine.model.packed as packed  # noqa: E402
 from engine.arch.linear import _DTYPES  # noqa: E402
 from engine.catalogue.catalogue import Catalogue  # noqa: E402
 from engine.model.loader import load_model  # noqa: E402
+from engine.model.packed import PackedModel  # noqa: E402
 from engine.model.sequences import Encoded  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -53,21 +55,40 @@ def fresh_batches(encoded: list[Encoded], seed: int) -> list[list[Encoded]]:
     return batches
 
 
+def interleaved_rounds(
+    model: PackedModel,
+    encoded: list[Encoded],
+    arms: dict[str, Callable[[], None]],
+    rounds: int,
+    seed: Callable[[int, str], int],
+) -> dict[str, list[float]]:
+    """passages/s of the whole forward per round for each arm (its callable switches it on), the arms' order
+    flipped every round; each round's batches come from `fresh_batches(encoded, seed(round, arm))`."""
+    names = list(arms)
+    runs: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 else names[::-1]:
+            arms[name]()
+            batches = fresh_batches(encoded, seed(r, name))
+            started = time.perf_counter()
+            for batch in batches:
+                model.forward(batch)
+            runs[name].append(len(encoded) / (time.perf_counter() - started))
+    return runs
+
+
 def measure(precision: str, texts: list[str], rounds: int) -> dict[str, list[float]]:
     """passages/s per round, bucketed and raw, rounds interleaved (the order flips every round)."""
     model = load_model(Catalogue().get(MODEL), "cpu", precision=precision)
     encoded = model.encode_texts(texts, truncate=True)
     pad = packed.PAD_TO_BUCKETS
     model.forward(encoded[:16])  # warm-up on a small batch (below the bucketed sizes)
-    runs: dict[str, list[float]] = {"bucketed": [], "raw": []}
-    for r in range(rounds):
-        for kind in ("bucketed", "raw") if r % 2 else ("raw", "bucketed"):
-            packed.PAD_TO_BUCKETS = kind == "bucketed"  # the engine pads on AMX CPUs only; both are timed here
-            batches = fresh_batches(encoded, 2 * r + (kind == "bucketed"))
-            started = time.perf_counter()
-            for batch in batches:
-                model.forward(batch)
-            runs[kind].append(len(texts) / (time.perf_counter() - started))
+
+    def padding(on: bool) -> Callable[[], None]:  # the engine pads on AMX CPUs only; both are timed here
+        return lambda: setattr(packed, "PAD_TO_BUCKETS", on)
+
+    arms = {"bucketed": padding(True), "raw": padding(False)}
+    runs = interleaved_rounds(model, encoded, arms, rounds, lambda r, arm: 2 * r + (arm == "bucketed"))
     packed.PAD_TO_BUCKETS = pad
     return runs
 
