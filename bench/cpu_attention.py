@@ -105,8 +105,8 @@ def main() -> None:
         sys.exit("this CPU has no AVX512-BF16 (or no C++ compiler): the kernel does not run here")
     texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines()][: args.limit]
     model = load_model(Catalogue().get(MODEL), "cpu", precision="bfloat16")
-    heads = model.backbone.config.num_attention_heads
-    head_dim = model.backbone.config.head_dim
+    heads = int(model.config.num_attention_heads)
+    head_dim = model.dense_dim // heads
     encoded = model.encode_texts(texts, truncate=True)
     batches = [[len(s.ids) for s in b] for b in fresh_batches(encoded, 0)]
     alone = attention_alone(batches, heads, head_dim)
