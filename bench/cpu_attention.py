@@ -1,4 +1,4 @@
-"""CPU attention: shoal's bfloat16 kernel (engine/arch/cpu_attention.py) against torch's SDPA, in one run.
+"""CPU attention: shoal's bfloat16 kernel (engine/arch/cpu_kernels.py) against torch's SDPA, in one run.
 
 On the encode corpus with all-MiniLM-L6-v2 in bfloat16 (a CPU with AVX512-BF16), the corpus cut into batches
 at the CPU profile's token budget:
@@ -8,9 +8,9 @@ at the CPU profile's token budget:
 - the whole forward pass with the kernel on and off, rounds interleaved, passages/s and the ratio;
 - scaling: the kernel's time per FLOP at 1x, 4x and 16x one batch's sequences (should stay flat).
 
-    .venv/bin/python bench/cpu_attention.py [--threads 2] [--rounds 5] [--limit 400]
+    .venv/bin/python bench/cpu_kernels.py [--threads 2] [--rounds 5] [--limit 400]
 
-Writes bench/results/cpu_attention.json.
+Writes bench/results/cpu_kernels.json.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from bench.token_buckets import CORPUS, MODEL, fresh_batches, interleaved_rounds  # noqa: E402
-from engine.arch import cpu_attention  # noqa: E402
+from engine.arch import cpu_kernels  # noqa: E402
 from engine.arch.layers import PackedBatch, varlen_attention  # noqa: E402
 from engine.catalogue.catalogue import Catalogue  # noqa: E402
 from engine.model.loader import load_model  # noqa: E402
@@ -64,12 +64,12 @@ def attention_alone(batches: list[list[int]], heads: int, head_dim: int) -> dict
         q, k, v = (torch.randn(sum(lengths), heads, head_dim).bfloat16() for _ in range(3))
         reference = varlen_attention(q.float(), k.float(), v.float(), batch)
         for path in ("kernel", "sdpa"):
-            cpu_attention.configure(path == "kernel")
+            cpu_kernels.configure(path == "kernel")
             seconds[path] += timed(lambda b=batch, q=q, k=k, v=v: varlen_attention(q, k, v, b), 0.2)
             err = (varlen_attention(q, k, v, batch).float() - reference).abs().max().item()
             worst[path] = max(worst[path], err)
         flops += attention_flops(lengths, heads, head_dim)
-    cpu_attention.configure(True)
+    cpu_kernels.configure(True)
     return {f"{p}_gflops": flops / s / 1e9 for p, s in seconds.items()} | {f"{p}_max_err": e for p, e in worst.items()}
 
 
@@ -88,9 +88,9 @@ def scaling(lengths: list[int], heads: int, head_dim: int) -> dict[str, float]:
 def whole_forward(model: PackedModel, encoded: list[Encoded], rounds: int) -> dict[str, list[float]]:
     """passages/s of MiniLM's bf16 forward with the kernel and with torch's SDPA, rounds interleaved."""
     model.forward(encoded[:16])
-    arms = {"kernel": lambda: cpu_attention.configure(True), "sdpa": lambda: cpu_attention.configure(False)}
+    arms = {"kernel": lambda: cpu_kernels.configure(True), "sdpa": lambda: cpu_kernels.configure(False)}
     runs = interleaved_rounds(model, encoded, arms, rounds, lambda r, _arm: r)  # both arms: the same batches
-    cpu_attention.configure(True)
+    cpu_kernels.configure(True)
     return runs
 
 
@@ -101,7 +101,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=400, help="passages of bench/data/passages.jsonl")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    if not cpu_attention.ready():
+    if not cpu_kernels.ready():
         sys.exit("this CPU has no AVX512-BF16 (or no C++ compiler): the kernel does not run here")
     texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines()][: args.limit]
     model = load_model(Catalogue().get(MODEL), "cpu", precision="bfloat16")
@@ -125,7 +125,7 @@ def main() -> None:
         f"{med['sdpa']:.1f} (best {max(runs['sdpa']):.1f}): {med['kernel'] / med['sdpa']:.2f}x median",
         flush=True,
     )
-    out = ROOT / "bench" / "results" / "cpu_attention.json"
+    out = ROOT / "bench" / "results" / "cpu_kernels.json"
     out.parent.mkdir(exist_ok=True)
     report = {"threads": args.threads, "passages": len(texts), "attention": alone, "scaling": scale, "forward": runs}
     out.write_text(json.dumps(report, indent=2))

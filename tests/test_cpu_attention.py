@@ -14,13 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.arch import cpu_attention
+from engine.arch import cpu_kernels
 from engine.arch.layers import PackedBatch, varlen_attention
 from engine.config import EngineSettings
 from engine.runtime import AsyncEngine
 
 needs_kernel = pytest.mark.skipif(
-    not cpu_attention.cpu_supported(), reason="this CPU has no AVX512-BF16: the kernel cannot run here"
+    not cpu_kernels.cpu_supported(), reason="this CPU has no AVX512-BF16: the kernel cannot run here"
 )
 LENGTHS = [1, 2, 15, 16, 17, 31, 32, 33, 64, 65, 130, 300]
 
@@ -28,7 +28,7 @@ LENGTHS = [1, 2, 15, 16, 17, 31, 32, 33, 64, 65, 130, 300]
 @pytest.fixture(autouse=True)
 def restore() -> Iterator[None]:
     yield
-    cpu_attention.configure(True, tiles=True)
+    cpu_kernels.configure(True, tiles=True)
 
 
 def packed(lengths: list[int], heads: int, head_dim: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -38,9 +38,9 @@ def packed(lengths: list[int], heads: int, head_dim: int, seed: int = 0) -> tupl
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
     """torch's attention in float32 on the same bf16 inputs."""
-    cpu_attention.configure(False)
+    cpu_kernels.configure(False)
     out = varlen_attention(q.float(), k.float(), v.float(), batch)
-    cpu_attention.configure(True)
+    cpu_kernels.configure(True)
     return out
 
 
@@ -51,10 +51,10 @@ def test_kernel_matches_float32_attention(tiles: bool, head_dim: int) -> None:
     batch = PackedBatch.from_token_lists([[1] * n for n in LENGTHS])
     q, k, v = packed(LENGTHS, 3, head_dim)
     want = reference(q, k, v, batch)
-    cpu_attention.configure(False)
+    cpu_kernels.configure(False)
     sdpa_err = (varlen_attention(q, k, v, batch).float() - want).abs().max().item()
-    cpu_attention.configure(True, tiles=tiles)
-    assert cpu_attention.usable(q, causal=False, window=None, gqa=False)
+    cpu_kernels.configure(True, tiles=tiles)
+    assert cpu_kernels.usable(q, causal=False, window=None, gqa=False)
     got = varlen_attention(q, k, v, batch)
     assert got.dtype == torch.bfloat16 and got.shape == q.shape
     err = (got.float() - want).abs().max().item()
@@ -72,7 +72,7 @@ def test_kernel_attends_only_to_key_prefix(tiles: bool) -> None:
     assert batch.key_lengths is not None
     q, k, v = packed(lengths, 2, 32, seed=1)
     want = reference(q, k, v, batch)
-    cpu_attention.configure(True, tiles=tiles)
+    cpu_kernels.configure(True, tiles=tiles)
     got = varlen_attention(q, k, v, batch).float()
     assert (got - want).abs().max().item() < 0.01
     # the last sequence sees one key: every row's output is that key's value
@@ -104,25 +104,25 @@ def test_kernel_used_only_where_it_applies() -> None:
         (torch.zeros(4, 2, 48, dtype=torch.bfloat16), False, None, False),  # head size not a multiple of 32
     ]
     for tensor, causal, window, gqa in cases:
-        assert not cpu_attention.usable(tensor, causal, window, gqa)
-    cpu_attention.configure(False)
-    assert not cpu_attention.usable(q, False, None, False)
+        assert not cpu_kernels.usable(tensor, causal, window, gqa)
+    cpu_kernels.configure(False)
+    assert not cpu_kernels.usable(q, False, None, False)
 
 
 def test_build_without_compiler_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_attention, "_cache_dir", tmp_path / "kernels")
+    monkeypatch.setattr(cpu_kernels, "_cache_dir", tmp_path / "kernels")
     monkeypatch.setenv("CXX", "/bin/false")
     with pytest.raises(RuntimeError, match="failed"):
-        cpu_attention._build()
+        cpu_kernels._build()
     assert not list((tmp_path / "kernels").glob("*.so"))  # nothing half-built is left to load
 
 
 def test_failed_build_falls_back_to_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_attention, "_cache_dir", tmp_path / "kernels")
-    monkeypatch.setattr(cpu_attention, "_loaded", None)
-    monkeypatch.setattr(cpu_attention, "cpu_supported", lambda: True)
+    monkeypatch.setattr(cpu_kernels, "_cache_dir", tmp_path / "kernels")
+    monkeypatch.setattr(cpu_kernels, "_loaded", None)
+    monkeypatch.setattr(cpu_kernels, "cpu_supported", lambda: True)
     monkeypatch.setenv("CXX", "/bin/false")
-    assert cpu_attention.ready() is False
+    assert cpu_kernels.ready() is False
     batch = PackedBatch.from_token_lists([[1] * 5, [1] * 3])
     q, k, v = packed([5, 3], 2, 32)
     assert varlen_attention(q, k, v, batch).shape == q.shape  # torch's attention answered
@@ -133,7 +133,7 @@ async def test_engine_setting_turns_the_kernel_off(tmp_path: Path) -> None:
     engine = AsyncEngine(settings, worker=False)
     await engine.start()
     try:
-        assert not cpu_attention.usable(torch.zeros(4, 2, 32, dtype=torch.bfloat16), False, None, False)
+        assert not cpu_kernels.usable(torch.zeros(4, 2, 32, dtype=torch.bfloat16), False, None, False)
     finally:
         await engine.close()
 
@@ -146,8 +146,8 @@ def test_minilm_bf16_forward_same_with_and_without_the_kernel() -> None:
     model = load_model(Catalogue().get("sentence-transformers/all-MiniLM-L6-v2"), "cpu", precision="bfloat16")
     texts = ["a harbour at dawn", "the pump stops with error E-417 when the inlet is blocked " * 6, "x"]
     encoded = model.encode_texts(texts, truncate=True)
-    cpu_attention.configure(False)
+    cpu_kernels.configure(False)
     sdpa = model.forward(encoded)[0].float()  # [tokens, hidden]
-    cpu_attention.configure(True)
+    cpu_kernels.configure(True)
     kernel = model.forward(encoded)[0].float()
     assert F.cosine_similarity(sdpa, kernel, dim=-1).min().item() > 0.999

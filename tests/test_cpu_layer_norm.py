@@ -10,18 +10,18 @@ import pytest
 import torch
 from torch import nn
 
-from engine.arch import cpu_attention
+from engine.arch import cpu_kernels
 from engine.arch.layers import LayerNorm
 
 needs_kernel = pytest.mark.skipif(
-    not cpu_attention.cpu_supported(), reason="the kernels need AVX512-BF16, which this CPU lacks"
+    not cpu_kernels.cpu_supported(), reason="the kernels need AVX512-BF16, which this CPU lacks"
 )
 
 
 @pytest.fixture(autouse=True)
 def restore() -> Iterator[None]:
     yield
-    cpu_attention.configure(True, tiles=True)
+    cpu_kernels.configure(True, tiles=True)
 
 
 def norm(width: int, bias: bool, seed: int = 0) -> LayerNorm:
@@ -42,7 +42,7 @@ def test_the_kernel_matches_torch_within_its_own_bf16_error(width: int, bias: bo
     reference = nn.functional.layer_norm(x, (width,), ln.weight, ln.bias, ln.eps)
     ln16, x16 = ln.bfloat16(), x.bfloat16()
     with torch.inference_mode():
-        assert cpu_attention.norm_usable(x16)
+        assert cpu_kernels.norm_usable(x16)
         ours = ln16(x16)
         theirs = nn.LayerNorm.forward(ln16, x16)
     assert ours.shape == x.shape and ours.dtype == torch.bfloat16
@@ -63,10 +63,10 @@ def test_a_constant_row_gives_the_bias_not_a_nan() -> None:
 def test_float32_and_a_disabled_kernel_take_torchs_path() -> None:
     ln = norm(32, True)
     x = torch.randn(7, 32)
-    assert not cpu_attention.norm_usable(x)
-    cpu_attention.configure(False)
+    assert not cpu_kernels.norm_usable(x)
+    cpu_kernels.configure(False)
     x16 = x.bfloat16()
-    assert not cpu_attention.norm_usable(x16)
+    assert not cpu_kernels.norm_usable(x16)
     ln16 = ln.bfloat16()
     with torch.inference_mode():
         assert torch.equal(ln16(x16), nn.LayerNorm.forward(ln16, x16))

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine.arch import cpu_attention
+from engine.arch import cpu_kernels
 from engine.arch.linear import FusedLinear, linear_plus
 
 try:  # flash-attn is optional; used only on CUDA tensors
@@ -134,8 +134,8 @@ def varlen_attention(
     if flash_attn_varlen_func is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         return _flash(q, k, v, batch, causal, window)  # flash-attn takes half precision only
     gqa = k.shape[1] != q.shape[1]
-    if cpu_attention.usable(q, causal, window, gqa):  # bf16 on AVX512-BF16 CPUs: one call for the whole batch
-        return cpu_attention.varlen_attention_bf16(q, k, v, batch.cu_seqlens, batch.key_lengths)
+    if cpu_kernels.usable(q, causal, window, gqa):  # bf16 on AVX512-BF16 CPUs: one call for the whole batch
+        return cpu_kernels.varlen_attention_bf16(q, k, v, batch.cu_seqlens, batch.key_lengths)
     out = torch.empty_like(q)
     if batch.key_lengths is None:  # sequences of equal length share one SDPA call, still without padding
         for start, n, length in equal_length_runs(batch):
@@ -297,11 +297,11 @@ class MLP(nn.Module):
 
 class LayerNorm(nn.LayerNorm):
     """nn.LayerNorm (the same parameters and checkpoints) whose bfloat16 CPU forward runs shoal's kernel
-    (engine/arch/cpu_attention.py) where it is built: torch's own ran bfloat16 3x slower than it could."""
+    (engine/arch/cpu_kernels.py) where it is built: torch's own ran bfloat16 3x slower than it could."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.weight is not None and len(self.normalized_shape) == 1 and cpu_attention.norm_usable(x):
-            return cpu_attention.layer_norm_bf16(x, self.weight, self.bias, self.eps)  # [..., H]
+        if self.weight is not None and len(self.normalized_shape) == 1 and cpu_kernels.norm_usable(x):
+            return cpu_kernels.layer_norm_bf16(x, self.weight, self.bias, self.eps)  # [..., H]
         return super().forward(x)
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.arch import cpu_attention
+from engine.arch import cpu_kernels
 
 
 def apply_kernels(enabled: bool, cache_dir: Path) -> None:
-    """bfloat16 attention on shoal's CPU kernel (where the CPU can run it) or on torch's; builds kept here."""
-    cpu_attention.configure(enabled, cache_dir)
+    """bfloat16 attention and LayerNorm on shoal's CPU kernels (where the CPU can run them) or on torch's;
+    builds kept in `cache_dir`."""
+    cpu_kernels.configure(enabled, cache_dir)

@@ -6,7 +6,7 @@ Why a kernel of our own: torch's CPU flash attention is called once per run of e
 server's batches mix lengths, so each call carries a few short sequences; at head size 32 it took over a third
 of MiniLM's bf16 forward pass while doing a tenth of its FLOPs. No library offers packed variable-length
 attention on the CPU. This one takes the whole packed batch in one call (work shared by (sequence, head),
-longest first); on an AMX Xeon it ran 1.6x torch's SDPA and the bf16 forward 1.23x (bench/cpu_attention.py,
+longest first); on an AMX Xeon it ran 2.2x torch's SDPA and the bf16 forward 1.36x (bench/cpu_attention.py,
 docs/performance.md).
 
 Why a LayerNorm of our own: torch's CPU LayerNorm ran bfloat16 at 15 GB/s, slower than its float32 (41 GB/s
@@ -39,14 +39,14 @@ FLAGS += ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16",
 _lock = threading.Lock()
 _enabled = True
 _tiles = True  # AMX where the CPU has it; False: the kernel's AVX512-BF16 path everywhere
-_amx = False  # this CPU has AMX-BF16 and Linux granted the tile registers (set when the kernel loads)
+_amx = False  # this CPU has AMX-BF16 and Linux granted the tile registers (set when the kernels load)
 _cache_dir = Path("~/.cache/shoal/kernels").expanduser()
 _loaded: bool | None = None  # None: not tried yet
 
 
 def configure(enabled: bool, cache_dir: Path | None = None, tiles: bool = True) -> None:
-    """Turn the kernel on or off for this process (SHOAL_CPU_KERNELS), say where builds are kept, and whether
-    it may use AMX tiles (tests and benches run its AVX512-BF16 path on AMX CPUs with tiles=False)."""
+    """Turn the kernels on or off for this process (SHOAL_CPU_KERNELS), say where builds are kept, and whether
+    attention may use AMX tiles (tests and benches run its AVX512-BF16 path on AMX CPUs with tiles=False)."""
     global _enabled, _cache_dir, _tiles
     _enabled, _tiles = enabled, tiles
     if cache_dir is not None:
@@ -54,7 +54,7 @@ def configure(enabled: bool, cache_dir: Path | None = None, tiles: bool = True) 
 
 
 def cpu_supported() -> bool:
-    """True when this CPU has the instructions the kernel needs (AVX512-BF16; AMX is optional)."""
+    """True when this CPU has the instructions the kernels need (AVX512-BF16; AMX is optional)."""
     return bool(torch.cpu.get_capabilities().get("avx512_bf16", False))
 
 
@@ -65,7 +65,7 @@ def _amx_granted() -> bool:
 
 
 def usable(q: Tensor, causal: bool, window: int | None, gqa: bool) -> bool:
-    """True when the kernel can run this attention call (and is built, building it the first time)."""
+    """True when the attention kernel can run this call (and is built, building it the first time)."""
     if not _enabled or q.device.type != "cpu" or q.dtype != torch.bfloat16:
         return False
     if causal or window is not None or gqa or q.shape[-1] % 32 != 0 or q.requires_grad:
@@ -74,7 +74,7 @@ def usable(q: Tensor, causal: bool, window: int | None, gqa: bool) -> bool:
 
 
 def ready() -> bool:
-    """Load the kernel, building it first if this machine has no build of this source yet."""
+    """Load the kernels, building them first if this machine has no build of these sources yet."""
     global _loaded
     if _loaded is not None:
         return _loaded
@@ -93,13 +93,13 @@ def _load() -> bool:
         library = _build()
         torch.ops.load_library(str(library))  # type: ignore[no-untyped-call]
     except (OSError, subprocess.SubprocessError, RuntimeError) as e:
-        log.warning("CPU attention kernel unavailable, using torch's attention instead: %s", e)
+        log.warning("shoal's CPU kernels unavailable, using torch's attention and LayerNorm instead: %s", e)
         return False
     return True
 
 
 def build_key() -> str:
-    """What a build depends on: the source, the flags, torch's version and C++ ABI."""
+    """What a build depends on: the sources, the flags, torch's version and C++ ABI."""
     h = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES))
     h.update(" ".join(FLAGS).encode())
     h.update(f"{torch.__version__} {torch._C._GLIBCXX_USE_CXX11_ABI}".encode())
@@ -107,8 +107,8 @@ def build_key() -> str:
 
 
 def _build() -> Path:
-    """The shared library for this source and torch, compiled into the cache unless already there."""
-    target = _cache_dir / f"shoal_cpu_attention_{build_key()}.so"
+    """The shared library for these sources and torch, compiled into the cache unless already there."""
+    target = _cache_dir / f"shoal_cpu_kernels_{build_key()}.so"
     if target.exists():
         return target
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
@@ -121,7 +121,7 @@ def _build() -> Path:
     libs = [f"-L{p}" for p in lib_dirs] + ["-lc10", "-ltorch_cpu"] + [f"-Wl,-rpath,{p}" for p in lib_dirs]
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
     _cache_dir.mkdir(parents=True, exist_ok=True)
-    log.info("building the CPU attention kernel (once per machine, about 10 s)")
+    log.info("building shoal's CPU kernels (once per machine, about 10 s)")
     # built beside its final name and moved there whole, so processes building at once never load half a file
     with tempfile.TemporaryDirectory(dir=_cache_dir) as tmp:
         out = Path(tmp) / target.name
