@@ -193,9 +193,12 @@ inline void transpose16(__m512i r[16]) {
   }
 }
 
-// Keys as [D/2][kp][2] and values as [kp/2][D][2] (pairs along the reduced dimension), zero past the keys.
+// Keys as [D/2][kp][2] and values as [kp/2][D][2] (pairs along the reduced dimension), zero past the keys;
+// the score and probability buffers sized for blocks of `block_rows` queries.
 void pack(const Unit& u, const uint16_t* k, const uint16_t* v, int64_t row_stride, int64_t d, int64_t kp,
-          Buffers& b) {
+          int64_t block_rows, Buffers& b) {
+  b.scores.resize(block_rows * kp);
+  b.probs.resize(block_rows * kp);
   b.kt.assign(d * kp, 0);
   b.vp.assign(kp * d, 0);
   uint32_t* kt32 = reinterpret_cast<uint32_t*>(b.kt.data());
@@ -228,9 +231,7 @@ void pack(const Unit& u, const uint16_t* k, const uint16_t* v, int64_t row_strid
 void attend(const Unit& u, const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* o,
             int64_t row_stride, int64_t d, float scale, Buffers& b) {
   const int64_t kp = (u.keys + 15) / 16 * 16;  // keys padded to whole vectors; padding is zero
-  pack(u, k, v, row_stride, d, kp, b);
-  b.scores.resize(kRows * kp);
-  b.probs.resize(kRows * kp);
+  pack(u, k, v, row_stride, d, kp, kRows, b);
   int64_t i0 = 0;
   for (; i0 + kRows <= u.length; i0 += kRows) rows<kRows>(u, i0, q, o, row_stride, d, kp, scale, b);
   for (; i0 < u.length; ++i0) rows<1>(u, i0, q, o, row_stride, d, kp, scale, b);
@@ -324,9 +325,7 @@ void amx_rows(const Unit& u, int64_t i0, const uint16_t* q, int64_t q_stride, in
 void attend_amx(const Unit& u, const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* o,
                 int64_t row_stride, int64_t d, float scale, Buffers& b) {
   const int64_t kp = (u.keys + 31) / 32 * 32;
-  pack(u, k, v, row_stride, d, kp, b);
-  b.scores.resize(kTile * kp);
-  b.probs.resize(kTile * kp);
+  pack(u, k, v, row_stride, d, kp, kTile, b);
   b.outputs.resize(kTile * d);
   for (int64_t i0 = 0; i0 < u.length; i0 += kTile) {
     // whole blocks of 16 queries load straight from q; the last, shorter one from a zero-padded copy
