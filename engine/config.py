@@ -126,6 +126,10 @@ class EngineSettings(BaseSettings):
     idle_ttl_s: float | None = Field(default=None, description="demote (then drop) models unused this long")
     pin: list[str] = Field(default_factory=list, description="models kept resident on the device, never evicted")
     lora_dir: Path | None = Field(default=None, description="folder of PEFT LoRA adapters, one sub-folder per name")
+    lora_folders: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="adapter folders served by their path even with local folders off (tuned taxonomies' adapters)",
+    )
     lora_cache_size: int = Field(default=16, description="LoRA adapters kept loaded (LRU)")
     auto_tune: bool = Field(
         default=True,
@@ -174,7 +178,7 @@ class EngineSettings(BaseSettings):
     )
     worker_models: list[str] | None = Field(default=None, description="models a worker may serve; None: any")
 
-    @field_validator("cors_origins", "model_roots", mode="before")
+    @field_validator("cors_origins", "model_roots", "lora_folders", mode="before")
     @classmethod
     def _comma_list(cls, v: Any) -> Any:
         if isinstance(v, str):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -174,9 +175,12 @@ def resolve_weights(card: ModelCard, offline: bool | None = None, show_paths: bo
     )
 
 
-def resolve_adapter(card: ModelCard, name: str, lora_dir: Path | None, local: bool = True) -> tuple[str, Path]:
+def resolve_adapter(
+    card: ModelCard, name: str, lora_dir: Path | None, local: bool = True, folders: Sequence[Path] = ()
+) -> tuple[str, Path]:
     """(canonical name, folder) of a LoRA adapter: the card's `loras`, then a folder under the adapter folder,
-    then (local folders on) any folder. Every spelling of one folder gives one name; 400 otherwise."""
+    then (local folders on, or one of the `folders` allowed by path) any folder. Every spelling of one folder
+    gives one name; 400 otherwise."""
     check_id(name, "LoRA adapter name", 512)
     candidates: list[tuple[str, Path]] = []
     if name in card.loras:
@@ -185,10 +189,9 @@ def resolve_adapter(card: ModelCard, name: str, lora_dir: Path | None, local: bo
         found = under(Path(lora_dir), name)
         if found is not None:
             candidates.append(found)
-    if local:
-        folder = canonical(Path(name))
-        if folder is not None:
-            candidates.append((str(folder), folder))
+    folder = canonical(Path(name))
+    if folder is not None and (local or folder in {canonical(Path(f)) for f in folders}):
+        candidates.append((str(folder), folder))
     for key, folder in candidates:
         try:
             if (folder / "adapter_config.json").is_file():

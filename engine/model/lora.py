@@ -132,10 +132,13 @@ class AdapterCache:
     folder adapter names are looked up in (engine.catalogue.weights.resolve_adapter).
     """
 
-    def __init__(self, capacity: int = 16, lora_dir: Path | None = None, local: bool = True) -> None:
+    def __init__(
+        self, capacity: int = 16, lora_dir: Path | None = None, local: bool = True, folders: tuple[Path, ...] = ()
+    ) -> None:
         self.capacity = max(1, capacity)
         self.lora_dir = lora_dir
         self.local = local  # adapter names may be any local folder (engine.catalogue.folders)
+        self.folders = folders  # adapter folders allowed by their path when local folders are off
         self._items: OrderedDict[tuple[str, str, str], Adapter] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0

@@ -136,7 +136,9 @@ class PackedModel:
         """The LoRA adapter `name`, loaded (cached) and hooked into the backbone; raises if it is unusable."""
 
         def read() -> lora.Adapter:
-            _, folder = resolve_adapter(self.card, name, self.adapters.lora_dir, self.adapters.local)
+            _, folder = resolve_adapter(
+                self.card, name, self.adapters.lora_dir, self.adapters.local, self.adapters.folders
+            )
             renames = FAMILIES[self.card.family].renames
             return lora.read_adapter(name, folder, renames, self.device, self.dtype)
 

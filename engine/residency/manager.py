@@ -67,7 +67,7 @@ class ResidencyManager:
             HOST: int(s.host_budget) if s.host_budget is not None else int(0.25 * footprint.total_memory("cpu")),
         }
         self.pins = set(s.pin)
-        self.adapters = AdapterCache(s.lora_cache_size, s.lora_dir, s.local_models)
+        self.adapters = AdapterCache(s.lora_cache_size, s.lora_dir, s.local_models, tuple(s.lora_folders))
         self.profiles = ProfileStore(s.profile_store)
         self.tuner = BackgroundTuner(s, self.profiles, tuner)
         self._loader, self._clock, self._faults = loader, clock, faults

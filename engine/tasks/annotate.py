@@ -57,7 +57,7 @@ def adapter_for(card: ModelCard, settings: EngineSettings, lora: str | None, pro
     lora = lora or card.profile(profile).lora
     if lora is None:
         return None
-    key, _ = resolve_adapter(card, lora, settings.lora_dir, settings.local_models)
+    key, _ = resolve_adapter(card, lora, settings.lora_dir, settings.local_models, settings.lora_folders)
     return key
 
 
