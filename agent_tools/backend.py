@@ -32,18 +32,29 @@ class CallCount:
 class ModelBackend:
     """`embed`, `score` and `extract` over a shoal client, split into requests of at most `batch_size` items.
 
-    Cheap to make: a tool call makes its own, so `calls` counts that call's model requests only.
+    Cheap to make: a tool call makes its own, so `calls` counts that call's model requests only. With `lora`,
+    every encode applies that adapter (a taxonomy's tuned encoder, agent_tools/taxonomy_tune.py).
     """
 
-    def __init__(self, client: ShoalClient, batch_size: int = 256) -> None:
+    def __init__(self, client: ShoalClient, batch_size: int = 256, lora: str | None = None) -> None:
         self.client = client.aio  # awaited whichever client it is (a blocking facade runs on its own loop)
         self.batch_size = batch_size
+        self.lora = lora
         self.calls = CallCount()
+
+    def with_lora(self, lora: str | None) -> ModelBackend:
+        """A backend over the same client whose encodes apply `lora` (None: the model as it is)."""
+        other = ModelBackend.__new__(ModelBackend)
+        other.client, other.batch_size, other.lora, other.calls = self.client, self.batch_size, lora, self.calls
+        return other
 
     async def encode(
         self, model: str, texts: list[str], *, is_query: bool = False, options: JSONObject | None = None
     ) -> list[EncodeResult]:
         """The SDK's encode results ({dense: array, ...}), one per text, in order."""
+
+        if self.lora is not None:
+            options = {**(options or {}), "lora": self.lora}
 
         async def one(chunk: list[str]) -> list[EncodeResult]:
             self.calls.encode_requests += 1

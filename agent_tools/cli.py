@@ -27,6 +27,15 @@ def named_taxonomies(specs: list[str] | None) -> dict[str, Path]:
     return out
 
 
+def tuned_adapters(taxonomies: dict[str, Path]) -> list[Path]:
+    """The tuned adapters of these taxonomies' fitted indexes (`shoal taxonomy fit --tune`), where there are any."""
+    from agent_tools.taxonomy_fit import fitted_path
+    from agent_tools.taxonomy_tune import adapter_folder
+
+    folders = [adapter_folder(fitted_path(p)) for p in taxonomies.values()]
+    return [f for f in folders if (f / "adapter_config.json").is_file()]
+
+
 def mcp_command(
     transport: Annotated[Literal["stdio", "http"], typer.Option(help="stdio, or streamable HTTP")] = "stdio",
     host: Annotated[str, typer.Option(help="address to bind (http)")] = "127.0.0.1",

@@ -18,6 +18,7 @@ serving that taxonomy by name uses it.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -41,6 +42,7 @@ from agent_tools.taxonomy_index import (
     reference_names,
 )
 from agent_tools.taxonomy_tree import Taxonomy
+from agent_tools.taxonomy_tune import Pair, Tuner
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from agent_tools.backend import ModelBackend
 
 FIT_SUFFIX = ".fit.npz"
+TUNE_FOLDS = 3  # a tuned fit trains an adapter per fold: at most this many folds
 TEXT_WEIGHT = 0.3  # of each labelled text against a leaf's zero-shot vector; chosen on bench/data/taxonomy/support
 
 
@@ -171,6 +174,7 @@ class FitReport(TypedDict):
     leaves_with_texts: int
     leaves: int
     folds: int
+    tuned: bool
     cv_top1_leaf: float | None
     cv_top1_leaf_zero_shot: float | None
     cv_expected_calibration_error: float
@@ -184,6 +188,7 @@ class FittedMeta(TypedDict):
     model: str
     source: str
     report: FitReport
+    lora: str | None  # the tuned adapter's folder, relative to the fitted index's folder; None: not tuned
 
 
 @dataclass
@@ -195,11 +200,14 @@ class FitResult:
     level: float
     calibration: Calibration
     report: FitReport
+    lora: str | None = None  # the tuned adapter's folder, when the encoder was tuned
 
     def index(self, t: Taxonomy, model: str, source: str) -> TaxonomyIndex:
         """The index this fit describes (what `load_fitted` reads back from the saved file), without the
         general topics (`with_outside` adds them)."""
-        return index_from(t, model, self.own, self.level, self.calibration, source, self.center)
+        index = index_from(t, model, self.own, self.level, self.calibration, source, self.center)
+        index.lora = self.lora
+        return index
 
 
 Evidence = tuple[float, float, bool]  # one node on a held-out best path: (confidence, d, right)
@@ -230,23 +238,55 @@ def held_out(index: TaxonomyIndex, queries: np.ndarray, gold: list[int]) -> tupl
     return rows, best
 
 
+@dataclass
+class Space:
+    """One encoder's view of a taxonomy and its labelled texts: node vectors, the zero-shot score level, the
+    reference names' vectors and the texts' vectors (the untuned model, or the model with a tuned adapter)."""
+
+    backend: ModelBackend
+    base: np.ndarray
+    level: float
+    names: np.ndarray
+    queries: np.ndarray
+
+
+async def embedded(t: Taxonomy, backend: ModelBackend, model: str, texts: list[str]) -> Space:
+    """The taxonomy and the texts embedded by `backend` (with its adapter, if it has one)."""
+    base = await node_vectors(t, backend, model)
+    zero_shot = await build_index(t, backend, model, base)
+    names = await reference_names(zero_shot, backend)
+    return Space(backend, base, zero_shot.level, names, await backend.embed(model, texts, is_query=True))
+
+
+def leaf_pairs(t: Taxonomy, labelled: list[tuple[str, int]], rows: np.ndarray) -> list[Pair]:
+    """The labelled texts at `rows` that are filed under a leaf, each with its leaf's text (what tuning pulls
+    it towards)."""
+    return [Pair(labelled[i][0], t.node_text(labelled[i][1]), labelled[i][1]) for i in rows.tolist()
+            if labelled[i][1] > 0 and not t.children[labelled[i][1]]]  # fmt: skip
+
+
 async def fit(
-    t: Taxonomy, backend: ModelBackend, model: str, labelled: list[tuple[str, int]], folds: int = 5
+    t: Taxonomy,
+    backend: ModelBackend,
+    model: str,
+    labelled: list[tuple[str, int]],
+    folds: int = 5,
+    tuner: Tuner | None = None,
 ) -> FitResult:
-    """Cross-validate, fit the calibration on the held-out predictions, then fit the head on everything."""
+    """Cross-validate, fit the calibration on the held-out predictions, then fit the head on everything. With a
+    `tuner`, each fold and the final fit first tune an adapter of the model on their texts
+    (agent_tools/taxonomy_tune.py) and fit the head in the tuned model's space (at most TUNE_FOLDS folds)."""
     import asyncio
 
     import numpy as np
 
     if len(labelled) < 2:
         raise InvalidInput("fitting needs at least 2 labelled texts (the file and the taxonomy's examples together)")
-    base = await node_vectors(t, backend, model)
-    zero_shot = await build_index(t, backend, model, base)
-    level, names = zero_shot.level, await reference_names(zero_shot, backend)
-    queries = await backend.embed(model, [x for x, _ in labelled], is_query=True)
+    texts = [x for x, _ in labelled]
+    zero = await embedded(t, backend, model, texts)
     gold = np.array([g for _, g in labelled])
     leaves = np.flatnonzero(np.array([not c for c in t.children]) & (np.arange(len(t)) > 0))
-    k = max(2, min(folds, gold.size))
+    k = max(2, min(folds, gold.size, TUNE_FOLDS if tuner else folds))
     occurrence: dict[int, int] = {}
     first: dict[int, int] = {}
     fold = np.zeros(gold.size, dtype=np.int64)
@@ -255,51 +295,61 @@ async def fit(
         fold[i] = (start + occurrence.get(g, 0)) % k  # a label's texts go to different folds, in turn
         occurrence[g] = occurrence.get(g, 0) + 1
 
-    def one_fold(f: int, own_fitted: bool) -> tuple[list[Evidence], list[int], list[int]]:
+    async def space_for(train: np.ndarray, fold: int | None) -> tuple[Space, str | None]:
+        if tuner is None:
+            return zero, None
+        adapter = await tuner(leaf_pairs(t, labelled, train), fold)
+        return await embedded(t, backend.with_lora(adapter), model, texts), adapter
+
+    def one_fold(space: Space | None, f: int) -> tuple[list[Evidence], list[int], list[int]]:
         train, test = fold != f, np.flatnonzero(fold == f)
-        if own_fitted:
-            own, center = fit_vectors(base, leaves, queries[train], gold[train])
-            index = fitted_index(t, model, own, center, names, DEFAULT)
+        if space is not None:
+            own, center = fit_vectors(space.base, leaves, space.queries[train], gold[train])
+            index = fitted_index(t, model, own, center, space.names, DEFAULT)
         else:
-            index = index_from(t, model, base, level, DEFAULT, None)
-        rows, best = held_out(index, queries[test], gold[test].tolist())
+            space = zero
+            index = index_from(t, model, zero.base, zero.level, DEFAULT, None)
+        rows, best = held_out(index, space.queries[test], gold[test].tolist())
         return rows, best, test.tolist()
 
-    def cross_validate(own_fitted: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    async def cross_validate(fitted: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rows: list[Evidence] = []
         best: list[int] = []
         order: list[int] = []
         for f in range(k):
-            r, b, o = one_fold(f, own_fitted)
+            space = (await space_for(np.flatnonzero(fold != f), f))[0] if fitted else None
+            r, b, o = await asyncio.to_thread(one_fold, space, f)
             rows += r
             best += b
             order += o
         return np.array(rows, dtype=np.float64), np.array(best), np.array(order)
 
-    rows, best, order = await asyncio.to_thread(cross_validate, True)
-    _, zero_best, zero_order = await asyncio.to_thread(cross_validate, False)
+    rows, best, order = await cross_validate(True)
+    _, zero_best, zero_order = await cross_validate(False)
     x, y = features(rows[:, 0], rows[:, 1]), rows[:, 2]
     w = fit_logistic(x, y)
-    source = f"fitted on {len(labelled)} labelled texts"
+    source = f"fitted on {len(labelled)} labelled texts" + (", tuned encoder" if tuner else "")
     calibration = Calibration(DEFAULT.k, DEFAULT.m, float(w[0]), float(w[1]), float(w[2]), source)
     confidence = 1 / (1 + np.exp(-(x @ w)))
     at_leaf = np.isin(gold[order], leaves)
     zero_at_leaf = np.isin(gold[zero_order], leaves)
-    own, center = await asyncio.to_thread(fit_vectors, base, leaves, queries, gold)
-    fitted_level = fitted_index(t, model, own, center, names, DEFAULT).level
+    final, adapter = await space_for(np.arange(gold.size), None)
+    own, center = await asyncio.to_thread(fit_vectors, final.base, leaves, final.queries, gold)
+    fitted_level = fitted_index(t, model, own, center, final.names, DEFAULT).level
     report: FitReport = {
         "labelled_texts": len(labelled),
         "leaf_texts": int(np.isin(gold, leaves).sum()),
         "leaves_with_texts": len(set(gold[np.isin(gold, leaves)].tolist())),
         "leaves": int(leaves.size),
         "folds": k,
+        "tuned": tuner is not None,
         "cv_top1_leaf": float(np.mean(best[at_leaf] == gold[order][at_leaf])) if at_leaf.any() else None,
         "cv_top1_leaf_zero_shot": float(np.mean(zero_best[zero_at_leaf] == gold[zero_order][zero_at_leaf]))
         if zero_at_leaf.any()
         else None,
         "cv_expected_calibration_error": expected_calibration_error(confidence, y),
     }
-    return FitResult(own, center, fitted_level, calibration, report)
+    return FitResult(own, center, fitted_level, calibration, report, adapter)
 
 
 def save_fitted(path: Path, t: Taxonomy, model: str, result: FitResult) -> None:
@@ -312,6 +362,7 @@ def save_fitted(path: Path, t: Taxonomy, model: str, result: FitResult) -> None:
         "model": model,
         "source": result.calibration.source,
         "report": result.report,
+        "lora": os.path.relpath(result.lora, path.parent) if result.lora else None,
     }
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(

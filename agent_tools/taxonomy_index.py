@@ -57,6 +57,7 @@ class TaxonomyIndex:
     outside: np.ndarray | None = None  # (k, dim) unit rows: general topics no node resembles (taxonomy_outside)
     outside_names: tuple[str, ...] = ()
     center: np.ndarray | None = None  # (dim,) fitted: the labelled texts' mean, taken off every text and node
+    lora: str | None = None  # fitted with a tuned encoder: the adapter folder every text is embedded with
 
     def in_space(self, queries: np.ndarray) -> np.ndarray:
         """Text vectors (one (dim,), or rows) as the index compares them: centred and unit when it is fitted."""
@@ -271,7 +272,8 @@ class IndexCache:
         self._building[key] = future
         try:
             if fitted is not None:
-                index = await with_outside(await asyncio.to_thread(load_fitted, fitted, t, model), backend)
+                loaded = await asyncio.to_thread(load_fitted, fitted, t, model)
+                index = await with_outside(loaded, backend.with_lora(loaded.lora))
             else:
                 index = await build_index(t, backend, model)
         except BaseException as e:
@@ -328,4 +330,12 @@ def load_fitted(path: Path, t: Taxonomy, model: str) -> TaxonomyIndex:
     if center is not None and center.shape != own.shape[1:]:
         raise TaxonomyError(f"fitted index {path} has a centre of shape {center.shape} for {own.shape[1]} dims")
     calibration = Calibration.from_list(values, str(meta["source"]))
-    return index_from(t, model, own, level, calibration, str(path), center)
+    index = index_from(t, model, own, level, calibration, str(path), center)
+    if meta.get("lora"):
+        adapter = (path.parent / str(meta["lora"])).resolve()
+        if not (adapter / "adapter_config.json").is_file():
+            raise TaxonomyError(
+                f"fitted index {path} needs its tuned adapter {adapter}; run `shoal taxonomy fit` again"
+            )
+        index.lora = str(adapter)
+    return index

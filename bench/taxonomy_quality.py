@@ -131,8 +131,80 @@ def shots(
     return {"top1": right / total, "zero_shot": zero_right / total, "texts": total, "leaves": len(usable)}
 
 
+def rotations(gold: list[int], leaves: np.ndarray, k: int, rounds: int) -> list[tuple[list[int], list[int]]]:
+    """(train, test) text positions: k labelled texts per leaf that has more than k, the rest tested; `rounds`
+    rotations of which texts are labelled."""
+    position = {int(leaf) for leaf in leaves}
+    by_leaf: dict[int, list[int]] = {}
+    for i, g in enumerate(gold):
+        if g in position:
+            by_leaf.setdefault(g, []).append(i)
+    usable = [ix for ix in by_leaf.values() if len(ix) > k]
+    out = []
+    for r in range(rounds):
+        train, test = [], []
+        for ix in usable:
+            chosen = {ix[(r * k + j) % len(ix)] for j in range(k)}
+            train += sorted(chosen)
+            test += [i for i in ix if i not in chosen]
+        out.append((train, test))
+    return out
+
+
+async def tuned_shots(
+    t: Any, backend: Any, texts: list[str], gold: list[int], k: int, rounds: int = 2
+) -> dict[str, Any] | None:
+    """Best-leaf top-1 with k labelled texts per leaf, `shoal taxonomy fit` without and with --tune (the same
+    rotations, `rounds` of them: a tuning takes tens of seconds), beside zero-shot's on the same test texts."""
+    import tempfile
+
+    from agent_tools.taxonomy import ClassifyOptions, _answer, run_beam
+    from agent_tools.taxonomy_fit import embedded, fit_vectors, fitted_index, leaf_pairs
+    from agent_tools.taxonomy_tune import tune_adapter
+    from shoal.commands.taxonomy import weights_of
+
+    folder, pooling = weights_of(MINILM)
+    zero = await embedded(t, backend, MINILM, texts)
+    index = index_at(t, zero)
+    opts = ClassifyOptions(threshold=0)
+    labelled = list(zip(texts, gold, strict=True))
+    right = {"zero_shot": 0, "fitted": 0, "tuned": 0}
+    total = 0
+    splits = rotations(gold, index.leaves, k, rounds)
+    if not splits or not splits[0][1]:
+        return None
+    for train, test in splits:
+        with tempfile.TemporaryDirectory() as work:
+            pairs = leaf_pairs(t, labelled, np.array(train))
+            adapter = await asyncio.to_thread(tune_adapter, folder, pooling, pairs, Path(work) / "adapter")
+            tuned = await embedded(t, backend.with_lora(str(adapter)), MINILM, texts)
+        g = np.array(gold)
+        spaces = {"zero_shot": (zero, None), "fitted": (zero, train), "tuned": (tuned, train)}
+        for key, (space, rows) in spaces.items():
+            own = index_at(t, space)
+            if rows is not None:
+                vectors, center = fit_vectors(space.base, own.leaves, space.queries[rows], g[rows])
+                own = fitted_index(t, MINILM, vectors, center, space.names, own.calibration)
+            for i in test:
+                right[key] += int(t.by_id[_answer(run_beam(own, space.queries[i], opts))["best_leaf"]["id"]]) == gold[i]
+        total += len(test)
+    return {**{key: n / total for key, n in right.items()}, "texts": total, "rounds": len(splits)}
+
+
+def index_at(t: Any, space: Any) -> Any:
+    """The zero-shot index of an embedded space."""
+    from agent_tools.taxonomy_calibration import DEFAULT
+    from agent_tools.taxonomy_index import index_from
+
+    return index_from(t, MINILM, space.base, space.level, DEFAULT, None)
+
+
 async def evaluate(
-    engine: Any, name: str, shot_counts: list[int], also: dict[str, dict[str, Any]] | None = None
+    engine: Any,
+    name: str,
+    shot_counts: list[int],
+    also: dict[str, dict[str, Any]] | None = None,
+    tune_counts: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """One set's figures; `also` adds rows of the tool with other options (name -> options)."""
     from agent_tools.backend import ModelBackend
@@ -149,13 +221,14 @@ async def evaluate(
     predicted, best, conf = tool_answers(index, queries)
     base = await node_vectors(t, backend, MINILM)
     names = await reference_names(index, backend)
-    pool_q, pool_gold = queries, gold
+    pool_q, pool_gold, pool_texts = queries, gold, texts
     history = DATA / f"{name}.history.jsonl"  # more labelled texts, for the labelled-texts figures only
     if history.exists():
         extra = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
         extra_q = await backend.embed(MINILM, [r["text"] for r in extra], is_query=True)
         pool_q = np.concatenate([queries, extra_q])
         pool_gold = gold + [resolve_label(t, r["label"]) for r in extra]
+        pool_texts = texts + [r["text"] for r in extra]
     row: dict[str, Any] = {
         "set": name,
         "chose_defaults": name == DEV_SET,
@@ -167,48 +240,63 @@ async def evaluate(
         "tool": scores(t, predicted, best, gold, conf),
         "shots": {str(k): shots(index, base, names, pool_q, pool_gold, k) for k in shot_counts},
     }
+    if tune_counts:
+        row["tuned_shots"] = {str(k): await tuned_shots(t, backend, pool_texts, pool_gold, k) for k in tune_counts}
     if history.exists():  # `shoal taxonomy fit` on the history, then the tool's defaults on the set's texts
-        fitted = await fitted_to(
-            t, backend, [(r["text"], g) for r, g in zip(extra, pool_gold[len(gold) :], strict=True)]
-        )
-        fit_predicted, fit_best, fit_conf = tool_answers(fitted, queries)
-        row["fitted"] = scores(t, fit_predicted, fit_best, gold, fit_conf)
+        labelled = [(r["text"], g) for r, g in zip(extra, pool_gold[len(gold) :], strict=True)]
+        for key, tune in (("fitted", False), ("fitted_tuned", True)):
+            if tune and not tune_counts:
+                continue
+            fitted, fitted_queries = await fitted_to(t, backend, labelled, texts, tune)
+            fit_predicted, fit_best, fit_conf = tool_answers(fitted, fitted_queries)
+            row[key] = scores(t, fit_predicted, fit_best, gold, fit_conf)
     for key, options in (also or {}).items():
         other, other_best, other_conf = tool_answers(index, queries, **options)
         row[key] = scores(t, other, other_best, gold, other_conf)
     return row
 
 
-async def fitted_to(t: Any, backend: Any, labelled: list[tuple[str, int]]) -> Any:
-    """The index `shoal taxonomy fit` would save for these labelled texts, with its outside topics."""
+async def fitted_to(
+    t: Any, backend: Any, labelled: list[tuple[str, int]], texts: list[str], tune: bool = False
+) -> tuple[Any, np.ndarray]:
+    """The index `shoal taxonomy fit [--tune]` would save for these labelled texts, with its outside topics,
+    and `texts` embedded as it embeds them."""
+    import tempfile
+
     from agent_tools.taxonomy_fit import fit
     from agent_tools.taxonomy_index import with_outside
+    from agent_tools.taxonomy_tune import local_tuner
+    from shoal.commands.taxonomy import weights_of
 
-    result = await fit(t, backend, MINILM, labelled)
-    return await with_outside(result.index(t, MINILM, "bench"), backend)
+    with tempfile.TemporaryDirectory() as work:
+        tuner = local_tuner(*weights_of(MINILM), Path(work)) if tune else None
+        result = await fit(t, backend, MINILM, labelled, tuner=tuner)
+        own = backend.with_lora(result.lora)
+        index = await with_outside(result.index(t, MINILM, "bench"), own)
+        return index, await own.embed(MINILM, texts, is_query=True)
 
 
-async def run(sets: list[str], shot_counts: list[int]) -> list[dict[str, Any]]:
+async def run(sets: list[str], shot_counts: list[int], tune_counts: tuple[int, ...] = ()) -> list[dict[str, Any]]:
     from bench import float32_settings
     from engine.runtime import AsyncEngine
 
     async with AsyncEngine(float32_settings()) as engine:
-        return [await evaluate(engine, name, shot_counts) for name in sets]
+        return [await evaluate(engine, name, shot_counts, tune_counts=tune_counts) for name in sets]
 
 
 def report(rows: list[dict[str, Any]]) -> None:
     def f(x: float | None) -> str:
         return "  -  " if x is None else f"{x:.3f}"
 
-    print("set        method  top-1 leaf  best leaf   hF1   leaf->''  no-fit ok   ECE")
+    print("set        method        top-1 leaf  best leaf   hF1   leaf->''  no-fit ok   ECE")
     for r in rows:
         tag = f"{r['set']}{'*' if r['chose_defaults'] else ''}"
-        for method in ("flat", "tool", "fitted"):
+        for method in ("flat", "tool", "fitted", "fitted_tuned"):
             if method not in r:
                 continue
             m = r[method]
             print(
-                f"{tag:<10} {method:<6}  {f(m['top1_leaf']):>9}  {f(m['best_leaf']):>9}  {f(m['hf1'])}"
+                f"{tag:<10} {method:<12}  {f(m['top1_leaf']):>9}  {f(m['best_leaf']):>9}  {f(m['hf1'])}"
                 f"  {f(m['leaf_texts_empty']):>8}  {f(m['nofit_ok']):>9}  {f(m['ece'])}"
             )
         for k, v in r["shots"].items():
@@ -217,6 +305,12 @@ def report(rows: list[dict[str, Any]]) -> None:
                     f"{tag:<10} {k:>2} labelled texts per leaf: best-leaf top-1 {f(v['top1'])} against zero-shot's"
                     f" {f(v['zero_shot'])} on the same {v['texts']} texts ({v['leaves']} leaves with more than {k})"
                 )
+        for k, v in r.get("tuned_shots", {}).items():
+            if v is not None:
+                print(
+                    f"{tag:<10} {k:>2} labelled texts per leaf, {v['rounds']} rotations: best-leaf top-1 zero-shot"
+                    f" {f(v['zero_shot'])}, fitted {f(v['fitted'])}, fitted --tune {f(v['tuned'])} ({v['texts']} texts)"
+                )
     print("* the set the defaults were chosen on")
 
 
@@ -224,8 +318,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--shots", default="0,1")
+    ap.add_argument("--tune", default="", help="labelled texts per leaf to compare fit with fit --tune at, e.g. 1,3")
     args = ap.parse_args()
-    rows = asyncio.run(run(args.sets.split(","), [int(k) for k in args.shots.split(",")]))
+    tune = tuple(int(k) for k in args.tune.split(",") if k)
+    rows = asyncio.run(run(args.sets.split(","), [int(k) for k in args.shots.split(",")], tune))
     report(rows)
     out = ROOT / "bench" / "results" / "taxonomy_quality.json"
     out.parent.mkdir(exist_ok=True)

@@ -46,7 +46,7 @@ async def classify_taxonomy(ctx: ToolContext, args: ClassifyTaxonomyInput) -> Cl
     options = ClassifyOptions.model_validate(args.model_dump(include=set(ClassifyOptions.model_fields)))
     model = args.model or s.embed_model
     index = await ctx.cache.get(taxonomy, backend, model, ctx.fitted_index(args.taxonomy))
-    results = await classify_index(args.texts, index, backend, model, options)
+    results = await classify_index(args.texts, index, backend.with_lora(index.lora), model, options)
     info: TaxonomyInfo = {
         "digest": taxonomy.digest,
         "nodes": len(taxonomy),

@@ -180,20 +180,21 @@ def serve(
         check_bind(settings.host, settings.metrics_port, "--metrics-port")
     if not settings.queue_url:  # a gateway loads nothing; its workers check their own models
         check_preload(settings)
-    from agent_tools.cli import named_taxonomies
+    from agent_tools.cli import named_taxonomies, tuned_adapters
     from agent_tools.config import ToolOverrides, ToolSettings
     from agent_tools.http import tools_router
     from engine.http.app import create_app
     from engine.http.server import serve_app
     from engine.runtime import AsyncEngine
 
-    engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
-    http = create_app(engine)
     # the search tool opens only the stores and collections configured here (as model folders: off unless asked)
     tools: ToolOverrides = {"open_stores": False, "search_dbs": search_db or []}
     tools["search_collections"] = search_collection or []
     if taxonomy:
         tools["taxonomies"] = named_taxonomies(taxonomy)
+        settings.lora_folders += tuned_adapters(tools["taxonomies"])  # a tuned fit's adapter, served by its path
+    engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
+    http = create_app(engine)
     if db:
         tools["db"] = db
         if collection:

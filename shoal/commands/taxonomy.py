@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from agent_tools.taxonomy_fit import FitReport
+    from agent_tools.taxonomy_fit import FitReport, FitResult
 
 app = typer.Typer(help="Taxonomies for classify_taxonomy: fit one to labelled texts.", no_args_is_help=True)
 
@@ -26,12 +26,22 @@ def fit_command(
     model: Annotated[str | None, typer.Option("--model", "-m", help="embedding model (default: the tools')")] = None,
     folds: Annotated[int, typer.Option(min=2, max=20, help="cross-validation folds for the held-out figures")] = 5,
     output: Annotated[Path | None, typer.Option(help="where to save (default: TAXONOMY's stem + .fit.npz)")] = None,
+    tune: Annotated[
+        bool,
+        typer.Option(
+            "--tune",
+            help="also tune the embedding model to the texts: a LoRA adapter saved beside the index (minutes on a CPU)",
+        ),
+    ] = False,
     url: Annotated[str | None, typer.Option(help="a shoal server; default runs the engine in-process")] = None,
     api_key: Annotated[str | None, typer.Option(envvar="SHOAL_API_KEY", help="the server's API key")] = None,
 ) -> None:
     """Fit TAXONOMY to labelled texts (the --labelled file and the examples in the taxonomy): a linear head
     over the leaves and the confidence calibration. Prints held-out accuracy by cross-validation and saves
     the fitted index beside the taxonomy, where `shoal serve --taxonomy` and `shoal mcp --taxonomy` find it.
+
+    With --tune, each cross-validation fold (at most 3) and the final fit first train a LoRA adapter of the
+    model on the texts (in-process, on this machine's CPU); `classify_taxonomy` then embeds texts with it.
 
     Exit code 1 on a bad taxonomy or labelled file (every bad line named), 2 when --url cannot be reached.
     """
@@ -49,21 +59,55 @@ def fit_command(
         rows += read_labelled(labelled, t, settings.max_labelled_texts, settings.max_text_chars)
     name = model or settings.embed_model
     target = output or fitted_path(taxonomy)
+    if tune and url:
+        raise typer.BadParameter("tuning trains on this machine with the engine in-process; drop --url", param_hint="--tune")  # fmt: skip
 
-    async def run() -> FitReport:
+    async def run(work: Path) -> FitReport:
         if url:
             from engine.client.http import AsyncClient
 
             async with AsyncClient(url, api_key=api_key) as client:
                 result = await fit(t, ModelBackend(client, settings.batch_size), name, rows, folds)
         else:
+            from rich.progress import Progress
+
+            from agent_tools.taxonomy_tune import local_tuner
             from engine.client.retry import RetryPolicy
             from engine.runtime import AsyncEngine
 
-            async with AsyncEngine(retry=RetryPolicy()) as engine:
-                result = await fit(t, ModelBackend(engine, settings.batch_size), name, rows, folds)
+            with Progress(transient=True) as bar:
+                tuner = local_tuner(*weights_of(name), work, bar) if tune else None
+                async with AsyncEngine(retry=RetryPolicy()) as engine:
+                    result = await fit(t, ModelBackend(engine, settings.batch_size), name, rows, folds, tuner)
+        place_adapter(target, result)
         save_fitted(target, t, name, result)
         return result.report
 
-    report = asyncio.run(run())
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="shoal-tune-") as work:
+        report = asyncio.run(run(Path(work)))
     typer.echo(json.dumps({"saved": str(target), "model": name, **report}, indent=1))
+
+
+def place_adapter(target: Path, result: FitResult) -> None:
+    """Move a tuned fit's adapter beside the fitted index (replacing an older one); drop a stale one."""
+    import shutil
+
+    from agent_tools.taxonomy_tune import adapter_folder
+
+    folder = adapter_folder(target)
+    if folder.exists():
+        shutil.rmtree(folder)
+    if result.lora is not None:
+        shutil.move(result.lora, folder)
+        result.lora = str(folder)
+
+
+def weights_of(model: str) -> tuple[Path, str]:
+    """(weights folder, pooling) of a model whose weights are on this machine (what tuning trains)."""
+    from engine.catalogue.catalogue import Catalogue
+    from engine.catalogue.weights import resolve_weights
+
+    card = Catalogue().get(model)
+    return resolve_weights(card), card.pooling
