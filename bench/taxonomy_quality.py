@@ -49,6 +49,15 @@ def load_set(name: str) -> tuple[Any, list[str], list[int]]:
     return t, [r["text"] for r in rows], [resolve_label(t, r["label"]) for r in rows]
 
 
+def history(t: Any, name: str) -> list[tuple[str, int]]:
+    """The labelled texts of a set's history file (none when it has no such file)."""
+    from agent_tools.taxonomy_fit import resolve_label
+
+    path = DATA / f"{name}.history.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [(r["text"], resolve_label(t, r["label"])) for r in rows]
+
+
 def on_path(t: Any, node: int) -> set[int]:
     return set(t.path(node))
 
@@ -208,7 +217,6 @@ async def evaluate(
 ) -> dict[str, Any]:
     """One set's figures; `also` adds rows of the tool with other options (name -> options)."""
     from agent_tools.backend import ModelBackend
-    from agent_tools.taxonomy_fit import resolve_label
     from agent_tools.taxonomy_index import build_index, node_vectors, own_text, reference_names
 
     t, texts, gold = load_set(name)
@@ -221,14 +229,13 @@ async def evaluate(
     predicted, best, conf = tool_answers(index, queries)
     base = await node_vectors(t, backend, MINILM)
     names = await reference_names(index, backend)
-    pool_q, pool_gold, pool_texts = queries, gold, texts
-    history = DATA / f"{name}.history.jsonl"  # more labelled texts, for the labelled-texts figures only
-    if history.exists():
-        extra = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
-        extra_q = await backend.embed(MINILM, [r["text"] for r in extra], is_query=True)
-        pool_q = np.concatenate([queries, extra_q])
-        pool_gold = gold + [resolve_label(t, r["label"]) for r in extra]
-        pool_texts = texts + [r["text"] for r in extra]
+    extra = history(t, name)  # more labelled texts, for the labelled-texts figures only
+    pool_texts, pool_gold = texts + [x for x, _ in extra], gold + [g for _, g in extra]
+    pool_q = (
+        np.concatenate([queries, await backend.embed(MINILM, [x for x, _ in extra], is_query=True)])
+        if extra
+        else queries
+    )
     row: dict[str, Any] = {
         "set": name,
         "chose_defaults": name == DEV_SET,
@@ -242,12 +249,11 @@ async def evaluate(
     }
     if tune_counts:
         row["tuned_shots"] = {str(k): await tuned_shots(t, backend, pool_texts, pool_gold, k) for k in tune_counts}
-    if history.exists():  # `shoal taxonomy fit` on the history, then the tool's defaults on the set's texts
-        labelled = [(r["text"], g) for r, g in zip(extra, pool_gold[len(gold) :], strict=True)]
+    if extra:  # `shoal taxonomy fit` on the history, then the tool's defaults on the set's texts
         for key, tune in (("fitted", False), ("fitted_tuned", True)):
             if tune and not tune_counts:
                 continue
-            fitted, fitted_queries = await fitted_to(t, backend, labelled, texts, tune)
+            fitted, fitted_queries = await fitted_to(t, backend, extra, texts, tune)
             fit_predicted, fit_best, fit_conf = tool_answers(fitted, fitted_queries)
             row[key] = scores(t, fit_predicted, fit_best, gold, fit_conf)
     for key, options in (also or {}).items():

@@ -63,3 +63,23 @@ def generated_tree(departments: int, categories: int, leaves: int) -> dict[str, 
             for d in range(departments)
         ],
     }
+
+
+def classify_over_mcp(taxonomy: Path, body: dict[str, Any]) -> dict[str, Any]:
+    """classify_taxonomy called through `shoal mcp --taxonomy support=TAXONOMY` over stdio."""
+    import asyncio
+    import sys
+
+    from mcp import Client, StdioServerParameters
+
+    from tests.test_agent_tools_mcp import ENV
+
+    async def call() -> dict[str, Any]:
+        args = ["-m", "shoal.cli", "mcp", "--taxonomy", f"support={taxonomy}"]
+        params = StdioServerParameters(command=sys.executable, args=args, env=ENV, cwd=str(REPO))
+        async with Client(params, read_timeout_seconds=300) as client:
+            out = await client.call_tool("classify_taxonomy", body)
+            assert not out.is_error
+            return dict(out.structured_content)
+
+    return asyncio.run(call())

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from agent_tools.taxonomy_fit import fitted_path, read_labelled
 from agent_tools.taxonomy_index import load_fitted
 from agent_tools.taxonomy_tree import load_taxonomy
 from engine.runtime import AsyncEngine
+from tests.agent_tools_support import classify_over_mcp
 from tests.helpers import REPO
 
 DATA = REPO / "bench" / "data" / "taxonomy"
@@ -120,10 +120,7 @@ def test_fit_saves_an_index_that_beats_zero_shot_held_out(fitted: tuple[Path, di
 
 @pytest.mark.slow
 def test_http_and_mcp_serve_the_fitted_index_by_name(fitted: tuple[Path, dict[str, Any]]) -> None:
-    from mcp import Client, StdioServerParameters
-
     from engine.http.app import create_app
-    from tests.test_agent_tools_mcp import ENV
 
     taxonomy, _ = fitted
     body = {"texts": ["Our sync job keeps getting 429 Too Many Requests"], "taxonomy": "support", "threshold": 0}
@@ -135,15 +132,7 @@ def test_http_and_mcp_serve_the_fitted_index_by_name(fitted: tuple[Path, dict[st
     assert r["taxonomy"]["fitted"] is True and r["taxonomy"]["calibration"] == "fitted on 248 labelled texts"
     assert r["results"][0]["label"].endswith("Rate limits")
 
-    async def over_mcp() -> dict[str, Any]:
-        args = ["-m", "shoal.cli", "mcp", "--taxonomy", f"support={taxonomy}"]
-        params = StdioServerParameters(command=sys.executable, args=args, env=ENV, cwd=str(REPO))
-        async with Client(params, read_timeout_seconds=300) as client:
-            out = await client.call_tool("classify_taxonomy", body)
-            assert not out.is_error
-            return dict(out.structured_content)
-
-    r = asyncio.run(over_mcp())
+    r = classify_over_mcp(taxonomy, body)
     assert r["taxonomy"]["fitted"] is True and r["results"][0]["label"].endswith("Rate limits")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from engine.catalogue.catalogue import Catalogue
 from engine.catalogue.weights import resolve_adapter
 from engine.config import EngineSettings
 from engine.runtime import AsyncEngine
+from tests.agent_tools_support import classify_over_mcp
 from tests.helpers import REPO, make_tiny_bert, minilm_dir
 
 DATA = REPO / "bench" / "data" / "taxonomy"
@@ -154,11 +154,8 @@ def test_fit_with_tune_saves_the_adapter_beside_the_index(tuned: tuple[Path, dic
 @pytest.mark.slow
 def test_a_tuned_index_is_served_over_http_and_mcp(tuned: tuple[Path, dict[str, Any]]) -> None:
     """As `shoal serve --taxonomy` runs it (local folders off, the adapter allowed by path), and `shoal mcp`."""
-    from mcp import Client, StdioServerParameters
-
     from agent_tools.cli import tuned_adapters
     from engine.http.app import create_app
-    from tests.test_agent_tools_mcp import ENV
 
     taxonomy, _ = tuned
     body = {"texts": ["Our sync job keeps getting 429 Too Many Requests"], "taxonomy": "support", "threshold": 0}
@@ -177,15 +174,7 @@ def test_a_tuned_index_is_served_over_http_and_mcp(tuned: tuple[Path, dict[str, 
         assert out["taxonomy"]["fitted"] is True and "tuned encoder" in out["taxonomy"]["calibration"]
         assert out["results"][0]["label"].endswith("Rate limits")
 
-    async def over_mcp() -> dict[str, Any]:
-        args = ["-m", "shoal.cli", "mcp", "--taxonomy", f"support={taxonomy}"]
-        params = StdioServerParameters(command=sys.executable, args=args, env=ENV, cwd=str(REPO))
-        async with Client(params, read_timeout_seconds=300) as client:
-            out = await client.call_tool("classify_taxonomy", body)
-            assert not out.is_error
-            return dict(out.structured_content)
-
-    r = asyncio.run(over_mcp())
+    r = classify_over_mcp(taxonomy, body)
     assert r["taxonomy"]["fitted"] is True and r["results"][0]["label"].endswith("Rate limits")
 
 
