@@ -47,6 +47,16 @@ class TuneOptions:
 
 
 @dataclass(frozen=True)
+class Encoder:
+    """The model to tune as the engine runs it: its weights folder, pooling and the card's input prefixes."""
+
+    folder: Path
+    pooling: str = "mean"
+    query_prefix: str = ""  # put before a labelled text (the engine embeds texts as queries)
+    document_prefix: str = ""  # put before a leaf's text (node texts are embedded as documents)
+
+
+@dataclass(frozen=True)
 class Pair:
     """One labelled text, the text of its leaf, and the leaf (so a batch never treats it as a negative)."""
 
@@ -116,19 +126,19 @@ def _embed(model: nn.Module, tokenizer: object, texts: Sequence[str], pooling: s
 
 
 def tune_adapter(
-    folder: Path,
-    pooling: str,
+    encoder: Encoder,
     pairs: list[Pair],
     out: Path,
     options: TuneOptions = TuneOptions(),
     progress: Progress | None = None,
 ) -> Path:
-    """Train a LoRA adapter of the model in `folder` on the pairs and save it to `out` in PEFT's format."""
+    """Train a LoRA adapter of the encoder's model on the pairs and save it to `out` in PEFT's format."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    folder, pooling = encoder.folder, encoder.pooling
     if pooling not in ("mean", "cls"):
         raise InvalidInput(f"tuning supports mean or first-token pooling, not {pooling!r}")
     if len(pairs) < 2:
@@ -149,9 +159,11 @@ def tune_adapter(
         order.shuffle(shuffled)
         for i in range(0, len(shuffled), options.batch_size):
             batch = shuffled[i : i + options.batch_size]
-            texts = _embed(model, tokenizer, [p.text for p in batch], pooling, options.max_tokens)  # [b, dim]
-            leaves = _embed(model, tokenizer, [p.target for p in batch], pooling, options.max_tokens)  # [b, dim]
-            logits = texts @ leaves.T * options.scale  # [b, b]: text i against leaf text j
+            texts = [encoder.query_prefix + p.text for p in batch]
+            targets = [encoder.document_prefix + p.target for p in batch]
+            queries = _embed(model, tokenizer, texts, pooling, options.max_tokens)  # [b, dim]
+            leaves = _embed(model, tokenizer, targets, pooling, options.max_tokens)  # [b, dim]
+            logits = queries @ leaves.T * options.scale  # [b, b]: text i against leaf text j
             leaf = torch.tensor([p.leaf for p in batch])
             twin = (leaf[:, None] == leaf[None, :]) & ~torch.eye(len(batch), dtype=torch.bool)
             logits = logits.masked_fill(twin, float("-inf"))  # the same leaf elsewhere in the batch: no negative
@@ -182,21 +194,21 @@ def tune_adapter(
     return out
 
 
-def local_tuner(folder: Path, pooling: str, work: Path, bar: ProgressBar | None = None) -> Tuner:
-    """A Tuner that trains adapters of the model in `folder` (its card's `pooling`) under `work`, a bar each."""
+def local_tuner(encoder: Encoder, work: Path, bar: ProgressBar | None = None) -> Tuner:
+    """A Tuner that trains adapters of the encoder's model under `work`, with a progress bar each."""
     import asyncio
 
     async def tuner(pairs: list[Pair], fold: int | None) -> str:
         out = work / ("all" if fold is None else f"fold-{fold + 1}")
         if bar is None:
-            return str(await asyncio.to_thread(tune_adapter, folder, pooling, pairs, out))
+            return str(await asyncio.to_thread(tune_adapter, encoder, pairs, out))
         task = bar.add_task("tuning on all texts" if fold is None else f"tuning fold {fold + 1}", total=None)
 
         def step(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
         try:
-            return str(await asyncio.to_thread(tune_adapter, folder, pooling, pairs, out, progress=step))
+            return str(await asyncio.to_thread(tune_adapter, encoder, pairs, out, progress=step))
         finally:
             bar.remove_task(task)
 

@@ -170,9 +170,9 @@ async def tuned_shots(
     from agent_tools.taxonomy import ClassifyOptions, _answer, run_beam
     from agent_tools.taxonomy_fit import embedded, fit_vectors, fitted_index, leaf_pairs
     from agent_tools.taxonomy_tune import tune_adapter
-    from shoal.commands.taxonomy import weights_of
+    from shoal.commands.taxonomy import encoder_of
 
-    folder, pooling = weights_of(MINILM)
+    encoder = encoder_of(MINILM)
     zero = await embedded(t, backend, MINILM, texts)
     index = index_at(t, zero)
     opts = ClassifyOptions(threshold=0)
@@ -185,7 +185,7 @@ async def tuned_shots(
     for train, test in splits:
         with tempfile.TemporaryDirectory() as work:
             pairs = leaf_pairs(t, labelled, np.array(train))
-            adapter = await asyncio.to_thread(tune_adapter, folder, pooling, pairs, Path(work) / "adapter")
+            adapter = await asyncio.to_thread(tune_adapter, encoder, pairs, Path(work) / "adapter")
             tuned = await embedded(t, backend.with_lora(str(adapter)), MINILM, texts)
         g = np.array(gold)
         spaces = {"zero_shot": (zero, None), "fitted": (zero, train), "tuned": (tuned, train)}
@@ -272,10 +272,10 @@ async def fitted_to(
     from agent_tools.taxonomy_fit import fit
     from agent_tools.taxonomy_index import with_outside
     from agent_tools.taxonomy_tune import local_tuner
-    from shoal.commands.taxonomy import weights_of
+    from shoal.commands.taxonomy import encoder_of
 
     with tempfile.TemporaryDirectory() as work:
-        tuner = local_tuner(*weights_of(MINILM), Path(work)) if tune else None
+        tuner = local_tuner(encoder_of(MINILM), Path(work)) if tune else None
         result = await fit(t, backend, MINILM, labelled, tuner=tuner)
         own = backend.with_lora(result.lora)
         index = await with_outside(result.index(t, MINILM, "bench"), own)

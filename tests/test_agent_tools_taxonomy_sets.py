@@ -80,5 +80,5 @@ def test_tuning_the_encoder_adds_to_one_labelled_text_per_leaf() -> None:
     rows = asyncio.run(run())
     for r in rows:
         print(f"\n{r['set']}, 1 labelled text per leaf: {r}")
-        assert r["tuned"] >= r["fitted"] - 0.01 and r["fitted"] > r["zero_shot"]
+        assert r["tuned"] >= r["fitted"] - 0.01 and r["tuned"] > r["zero_shot"]
     assert sum(r["tuned"] - r["fitted"] for r in rows) / len(rows) >= 0.01

@@ -20,7 +20,7 @@ from agent_tools.http import tools_router
 from agent_tools.taxonomy_fit import fitted_path
 from agent_tools.taxonomy_index import load_fitted
 from agent_tools.taxonomy_tree import load_taxonomy
-from agent_tools.taxonomy_tune import Pair, TuneOptions, adapter_folder, tune_adapter
+from agent_tools.taxonomy_tune import Encoder, Pair, TuneOptions, adapter_folder, tune_adapter
 from engine.catalogue.catalogue import Catalogue
 from engine.catalogue.weights import resolve_adapter
 from engine.config import EngineSettings
@@ -60,7 +60,7 @@ def test_the_engine_applies_the_adapter_as_peft_does(tmp_path: Path) -> None:
     from transformers import BertModel
 
     base = make_tiny_bert(tmp_path / "base", seed=5)
-    out = tune_adapter(base, "mean", pairs(), tmp_path / "adapter", TuneOptions(epochs=3, batch_size=4))
+    out = tune_adapter(Encoder(base), pairs(), tmp_path / "adapter", TuneOptions(epochs=3, batch_size=4))
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["r"] == 8
     merged = peft.PeftModel.from_pretrained(BertModel.from_pretrained(str(base), add_pooling_layer=False), str(out))
@@ -83,7 +83,7 @@ def test_tuning_pulls_texts_towards_their_leaves(tmp_path: Path) -> None:
 
     folder = minilm_dir()
     p = pairs()
-    out = tune_adapter(folder, "mean", p, tmp_path / "adapter", TuneOptions(epochs=5, batch_size=4))
+    out = tune_adapter(Encoder(folder), p, tmp_path / "adapter", TuneOptions(epochs=5, batch_size=4))
     leaves = ["pets: cats", "pets: dogs", "greetings"]
 
     def margin(model: Any) -> float:
@@ -107,12 +107,12 @@ def test_tuning_pulls_texts_towards_their_leaves(tmp_path: Path) -> None:
 )
 def test_what_tuning_cannot_train_is_refused(tmp_path: Path, pooling: str, given: int, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
-        tune_adapter(tmp_path, pooling, pairs()[:given], tmp_path / "adapter")
+        tune_adapter(Encoder(tmp_path, pooling), pairs()[:given], tmp_path / "adapter")
 
 
 def test_adapter_folders_are_served_by_path_only_when_allowed(tmp_path: Path) -> None:
     base = make_tiny_bert(tmp_path / "base", seed=5)
-    out = tune_adapter(base, "mean", pairs(), tmp_path / "adapter", TuneOptions(epochs=1, batch_size=4))
+    out = tune_adapter(Encoder(base), pairs(), tmp_path / "adapter", TuneOptions(epochs=1, batch_size=4))
     card = Catalogue().get(str(base))
     assert resolve_adapter(card, str(out), None, local=False, folders=[out])[1] == out.resolve()
     with pytest.raises(InvalidInput, match="no LoRA adapter"):

@@ -10,6 +10,7 @@ import typer
 
 if TYPE_CHECKING:
     from agent_tools.taxonomy_fit import FitReport, FitResult
+    from agent_tools.taxonomy_tune import Encoder
 
 app = typer.Typer(help="Taxonomies for classify_taxonomy: fit one to labelled texts.", no_args_is_help=True)
 
@@ -76,7 +77,7 @@ def fit_command(
             from engine.runtime import AsyncEngine
 
             with Progress(transient=True) as bar:
-                tuner = local_tuner(*weights_of(name), work, bar) if tune else None
+                tuner = local_tuner(encoder_of(name), work, bar) if tune else None
                 async with AsyncEngine(retry=RetryPolicy()) as engine:
                     result = await fit(t, ModelBackend(engine, settings.batch_size), name, rows, folds, tuner)
         place_adapter(target, result)
@@ -104,10 +105,12 @@ def place_adapter(target: Path, result: FitResult) -> None:
         result.lora = str(folder)
 
 
-def weights_of(model: str) -> tuple[Path, str]:
-    """(weights folder, pooling) of a model whose weights are on this machine (what tuning trains)."""
+def encoder_of(model: str) -> Encoder:
+    """What tuning trains: the model's weights on this machine, its pooling and its input prefixes."""
+    from agent_tools.taxonomy_tune import Encoder
     from engine.catalogue.catalogue import Catalogue
     from engine.catalogue.weights import resolve_weights
 
     card = Catalogue().get(model)
-    return resolve_weights(card), card.pooling
+    prefixes = card.query_instruction or "", card.document_instruction or ""
+    return Encoder(resolve_weights(card), card.pooling, *prefixes)
