@@ -243,7 +243,6 @@ class Space:
     """One encoder's view of a taxonomy and its labelled texts: node vectors, the zero-shot score level, the
     reference names' vectors and the texts' vectors (the untuned model, or the model with a tuned adapter)."""
 
-    backend: ModelBackend
     base: np.ndarray
     level: float
     names: np.ndarray
@@ -255,7 +254,7 @@ async def embedded(t: Taxonomy, backend: ModelBackend, model: str, texts: list[s
     base = await node_vectors(t, backend, model)
     zero_shot = await build_index(t, backend, model, base)
     names = await reference_names(zero_shot, backend)
-    return Space(backend, base, zero_shot.level, names, await backend.embed(model, texts, is_query=True))
+    return Space(base, zero_shot.level, names, await backend.embed(model, texts, is_query=True))
 
 
 def leaf_pairs(t: Taxonomy, labelled: list[tuple[str, int]], rows: np.ndarray) -> list[Pair]:
@@ -295,15 +294,18 @@ async def fit(
         fold[i] = (start + occurrence.get(g, 0)) % k  # a label's texts go to different folds, in turn
         occurrence[g] = occurrence.get(g, 0) + 1
 
-    async def space_for(train: np.ndarray, fold: int | None) -> tuple[Space, str | None]:
+    async def space_for(train: np.ndarray, which: int | None) -> tuple[Space, str | None]:
+        """The space a fit on `train` works in (fold `which`; None: the final fit) and its adapter, if tuned."""
         if tuner is None:
             return zero, None
-        adapter = await tuner(leaf_pairs(t, labelled, train), fold)
+        adapter = await tuner(leaf_pairs(t, labelled, train), which)
         return await embedded(t, backend.with_lora(adapter), model, texts), adapter
 
-    def one_fold(space: Space | None, f: int) -> tuple[list[Evidence], list[int], list[int]]:
+    def one_fold(fitted_in: Space | None, f: int) -> tuple[list[Evidence], list[int], list[int]]:
+        """Held-out evidence of fold f: of a fit in `fitted_in`, or (None) of the zero-shot index."""
         train, test = fold != f, np.flatnonzero(fold == f)
-        if space is not None:
+        if fitted_in is not None:
+            space = fitted_in
             own, center = fit_vectors(space.base, leaves, space.queries[train], gold[train])
             index = fitted_index(t, model, own, center, space.names, DEFAULT)
         else:

@@ -5,7 +5,8 @@ texts in its batch (in-batch negatives, a softmax over cosines at `scale`; a lea
 batch is not its own negative). Only the low-rank pairs on the attention and feed-forward layers learn; the
 model stays as it is, so the engine applies the adapter per request like any other (engine/model/lora.py).
 The training runs on transformers' implementation of the model, in float32, on this machine's CPU threads;
-its cost is linear in the labelled texts (`epochs` passes over them). The rank, learning rate and epochs
+its cost is linear in the labelled texts (`epochs` passes over them) up to `max_examples` pairs seen, then
+constant. The rank, learning rate and epochs
 were chosen on bench/data/taxonomy/support with one labelled text per leaf.
 """
 
@@ -43,6 +44,7 @@ class TuneOptions:
     batch_size: int = 32
     scale: float = 20.0  # cosine -> logit
     max_tokens: int = 128
+    max_examples: int = 5000  # pairs seen in all: past it, fewer passes (a fit of 20,000 texts tunes in minutes)
     seed: int = 0
 
 
@@ -125,6 +127,37 @@ def _embed(model: nn.Module, tokenizer: object, texts: Sequence[str], pooling: s
     return torch.nn.functional.normalize(pooled, dim=-1)  # [n, dim]
 
 
+def _batches(pairs: list[Pair], options: TuneOptions) -> list[list[Pair]]:
+    """`epochs` shuffled passes over the pairs, cut at `max_examples` pairs in all, in batches."""
+    order = random.Random(options.seed)
+    seen: list[Pair] = []
+    for _ in range(options.epochs):
+        shuffled = pairs[:]
+        order.shuffle(shuffled)
+        seen += shuffled
+        if len(seen) >= options.max_examples:
+            break
+    seen = seen[: options.max_examples]
+    return [seen[i : i + options.batch_size] for i in range(0, len(seen), options.batch_size)]
+
+
+def _loss(
+    model: nn.Module, tokenizer: object, encoder: Encoder, batch: list[Pair], options: TuneOptions
+) -> torch.Tensor:
+    """In-batch contrastive loss: each text's own leaf text against the batch's other leaf texts."""
+    import torch
+
+    texts = [encoder.query_prefix + p.text for p in batch]
+    targets = [encoder.document_prefix + p.target for p in batch]
+    queries = _embed(model, tokenizer, texts, encoder.pooling, options.max_tokens)  # [b, dim]
+    leaves = _embed(model, tokenizer, targets, encoder.pooling, options.max_tokens)  # [b, dim]
+    logits = queries @ leaves.T * options.scale  # [b, b]: text i against leaf text j
+    leaf = torch.tensor([p.leaf for p in batch])
+    twin = (leaf[:, None] == leaf[None, :]) & ~torch.eye(len(batch), dtype=torch.bool)
+    logits = logits.masked_fill(twin, float("-inf"))  # the same leaf elsewhere in the batch: no negative
+    return torch.nn.functional.cross_entropy(logits, torch.arange(len(batch)))
+
+
 def tune_adapter(
     encoder: Encoder,
     pairs: list[Pair],
@@ -144,36 +177,20 @@ def tune_adapter(
     if len(pairs) < 2:
         raise InvalidInput("tuning needs at least 2 labelled texts filed under leaves")
     torch.manual_seed(options.seed)
-    order = random.Random(options.seed)
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the CLI shows its own progress
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModel.from_pretrained(str(folder)).float()  # trained in float32, whatever the checkpoint holds
     wrapped = _attach(model, options)
-    params = [p for pair in wrapped.values() for p in pair]
-    optimizer = torch.optim.AdamW(params, lr=options.learning_rate)
-    steps = options.epochs * math.ceil(len(pairs) / options.batch_size)
-    done = 0
+    optimizer = torch.optim.AdamW([p for pair in wrapped.values() for p in pair], lr=options.learning_rate)
+    batches = _batches(pairs, options)
     model.train()
-    for _ in range(options.epochs):
-        shuffled = pairs[:]
-        order.shuffle(shuffled)
-        for i in range(0, len(shuffled), options.batch_size):
-            batch = shuffled[i : i + options.batch_size]
-            texts = [encoder.query_prefix + p.text for p in batch]
-            targets = [encoder.document_prefix + p.target for p in batch]
-            queries = _embed(model, tokenizer, texts, pooling, options.max_tokens)  # [b, dim]
-            leaves = _embed(model, tokenizer, targets, pooling, options.max_tokens)  # [b, dim]
-            logits = queries @ leaves.T * options.scale  # [b, b]: text i against leaf text j
-            leaf = torch.tensor([p.leaf for p in batch])
-            twin = (leaf[:, None] == leaf[None, :]) & ~torch.eye(len(batch), dtype=torch.bool)
-            logits = logits.masked_fill(twin, float("-inf"))  # the same leaf elsewhere in the batch: no negative
-            loss = torch.nn.functional.cross_entropy(logits, torch.arange(len(batch)))
-            optimizer.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            done += 1
-            if progress is not None:
-                progress(done, steps)
+    for done, batch in enumerate(batches, 1):
+        loss = _loss(model, tokenizer, encoder, batch, options)
+        optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        if progress is not None:
+            progress(done, len(batches))
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for path, (a, b) in wrapped.items():

@@ -185,3 +185,17 @@ def test_tune_with_a_server_url_is_refused(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["taxonomy", "fit", str(tmp_path / "t.yaml"), "--tune", "--url", "http://127.0.0.1:9"])
     assert r.exit_code == 1 and "drop --url" in r.output and "Traceback" not in r.output
     assert not fitted_path(tmp_path / "t.yaml").exists()
+
+
+def test_training_is_bounded_however_many_texts() -> None:
+    """Ten passes over a few texts; at most `max_examples` pairs over many (a 20,000-row file tunes in minutes)."""
+    from agent_tools.taxonomy_tune import _batches
+
+    options = TuneOptions()
+    few = [Pair(f"text {i}", f"leaf {i % 7}", i % 7) for i in range(50)]
+    many = [Pair(f"text {i}", f"leaf {i % 7}", i % 7) for i in range(20_000)]
+    assert sum(map(len, _batches(few, options))) == 50 * options.epochs
+    assert sum(map(len, _batches(many, options))) == options.max_examples
+    assert max(map(len, _batches(many, options))) == options.batch_size
+    seen = [p.text for b in _batches(few, options) for p in b]
+    assert sorted(seen[:50]) == sorted(p.text for p in few)  # each pass shows every text once

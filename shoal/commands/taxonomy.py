@@ -70,13 +70,14 @@ def fit_command(
             async with AsyncClient(url, api_key=api_key) as client:
                 result = await fit(t, ModelBackend(client, settings.batch_size), name, rows, folds)
         else:
+            from rich.console import Console
             from rich.progress import Progress
 
             from agent_tools.taxonomy_tune import local_tuner
             from engine.client.retry import RetryPolicy
             from engine.runtime import AsyncEngine
 
-            with Progress(transient=True) as bar:
+            with Progress(console=Console(stderr=True), transient=True) as bar:  # stdout: the report alone
                 tuner = local_tuner(encoder_of(name), work, bar) if tune else None
                 async with AsyncEngine(retry=RetryPolicy()) as engine:
                     result = await fit(t, ModelBackend(engine, settings.batch_size), name, rows, folds, tuner)
