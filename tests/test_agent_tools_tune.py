@@ -199,3 +199,20 @@ def test_training_is_bounded_however_many_texts() -> None:
     assert max(map(len, _batches(many, options))) == options.batch_size
     seen = [p.text for b in _batches(few, options) for p in b]
     assert sorted(seen[:50]) == sorted(p.text for p in few)  # each pass shows every text once
+
+
+def test_tune_without_leaf_texts_is_one_clear_line(tmp_path: Path) -> None:
+    """Labels that are all broad categories give tuning nothing to pull towards a leaf: exit 1, no file."""
+    from shoal.cli import app
+
+    shutil.copy(DATA / "support.yaml", tmp_path / "t.yaml")
+    rows = [
+        {"text": "I cannot get into my account", "label": "Account access"},
+        {"text": "refund?", "label": "Billing"},
+    ]
+    (tmp_path / "l.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["taxonomy", "fit", str(tmp_path / "t.yaml"), "--labelled", str(tmp_path / "l.jsonl"), "--tune"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1 and "at least 2 labelled texts filed under leaves" in r.output, r.output
+    assert "Traceback" not in r.output and not fitted_path(tmp_path / "t.yaml").exists()
+    assert not adapter_folder(fitted_path(tmp_path / "t.yaml")).exists()
