@@ -1,14 +1,13 @@
 """Tune the embedding model to a taxonomy's labelled texts: a LoRA adapter trained contrastively, saved as PEFT.
 
-Each labelled text is pulled towards its leaf's text ("path: description") and towards a few other texts of
-its leaf, and away from the other leaves' texts in its batch (in-batch negatives, a softmax over cosines at
-`scale`; a leaf that appears twice in a batch is not its own negative). Only the low-rank pairs on the
-attention and feed-forward layers learn; the model stays as it is, so the engine applies the adapter per
-request like any other (engine/model/lora.py). The training runs on transformers' implementation of the
-model, in float32, on this machine's CPU threads; its cost is linear in the labelled texts (`epochs` passes
-over them) up to `max_examples` pairs seen, then constant. The rank, learning rate and epochs were chosen on
-bench/data/taxonomy/support with one labelled text per leaf, the pairs between texts of one leaf on its
-3-fold cross-validation.
+Each labelled text is pulled towards its leaf's text ("path: description") and away from the other leaves'
+texts in its batch (in-batch negatives, a softmax over cosines at `scale`; a leaf that appears twice in a
+batch is not its own negative). Only the low-rank pairs on the attention and feed-forward layers learn; the
+model stays as it is, so the engine applies the adapter per request like any other (engine/model/lora.py).
+The training runs on transformers' implementation of the model, in float32, on this machine's CPU threads;
+its cost is linear in the labelled texts (`epochs` passes over them) up to `max_examples` pairs seen, then
+constant. The rank, learning rate and epochs
+were chosen on bench/data/taxonomy/support with one labelled text per leaf.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from torch import nn
 
 TARGETS = ("query", "key", "value", "dense")  # BERT's attention projections and feed-forward layers
-TWIN_PARTNERS = 4  # other texts of its leaf each labelled text is also pulled towards
 
 Progress = Callable[[int, int], None]  # (steps done, steps in all)
 Tuner = Callable[[list["Pair"], int | None], Awaitable[str]]  # (pairs, fold; None: all texts) -> adapter folder
@@ -62,29 +60,11 @@ class Encoder:
 
 @dataclass(frozen=True)
 class Pair:
-    """One labelled text, what it is pulled towards (its leaf's text, or another text of that leaf: `twin`),
-    and the leaf (so a batch never treats the same leaf as a negative)."""
+    """One labelled text, the text of its leaf, and the leaf (so a batch never treats it as a negative)."""
 
     text: str
     target: str
     leaf: int
-    twin: bool = False
-
-
-def with_twins(pairs: list[Pair], partners: int = TWIN_PARTNERS) -> list[Pair]:
-    """The pairs plus, for each text, up to `partners` other texts of its leaf as targets (texts of one leaf
-    pulled together, as well as towards the leaf's text). Linear in the texts, however many a leaf has."""
-    by_leaf: dict[int, list[str]] = {}
-    for p in pairs:
-        if not p.twin:
-            by_leaf.setdefault(p.leaf, []).append(p.text)
-    twins = [
-        Pair(text, texts[(i + j) % len(texts)], leaf, twin=True)
-        for leaf, texts in by_leaf.items()
-        for i, text in enumerate(texts)
-        for j in range(1, min(partners, len(texts) - 1) + 1)
-    ]
-    return pairs + twins
 
 
 def adapter_folder(fitted: Path) -> Path:
@@ -168,7 +148,7 @@ def _loss(
     import torch
 
     texts = [encoder.query_prefix + p.text for p in batch]
-    targets = [(encoder.query_prefix if p.twin else encoder.document_prefix) + p.target for p in batch]
+    targets = [encoder.document_prefix + p.target for p in batch]
     queries = _embed(model, tokenizer, texts, encoder.pooling, options.max_tokens)  # [b, dim]
     leaves = _embed(model, tokenizer, targets, encoder.pooling, options.max_tokens)  # [b, dim]
     logits = queries @ leaves.T * options.scale  # [b, b]: text i against leaf text j
@@ -202,7 +182,7 @@ def tune_adapter(
     model = AutoModel.from_pretrained(str(folder)).float()  # trained in float32, whatever the checkpoint holds
     wrapped = _attach(model, options)
     optimizer = torch.optim.AdamW([p for pair in wrapped.values() for p in pair], lr=options.learning_rate)
-    batches = _batches(with_twins(pairs), options)
+    batches = _batches(pairs, options)
     model.train()
     for done, batch in enumerate(batches, 1):
         loss = _loss(model, tokenizer, encoder, batch, options)
