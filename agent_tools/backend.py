@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -44,8 +45,8 @@ class ModelBackend:
 
     def with_lora(self, lora: str | None) -> ModelBackend:
         """A backend over the same client whose encodes apply `lora` (None: the model as it is)."""
-        other = ModelBackend.__new__(ModelBackend)
-        other.client, other.batch_size, other.lora, other.calls = self.client, self.batch_size, lora, self.calls
+        other = copy.copy(self)  # the same client and the same call counts
+        other.lora = lora
         return other
 
     async def encode(

@@ -6,8 +6,8 @@ batch is not its own negative). Only the low-rank pairs on the attention and fee
 model stays as it is, so the engine applies the adapter per request like any other (engine/model/lora.py).
 The training runs on transformers' implementation of the model, in float32, on this machine's CPU threads;
 its cost is linear in the labelled texts (`epochs` passes over them) up to `max_examples` pairs seen, then
-constant. The rank, learning rate and epochs
-were chosen on bench/data/taxonomy/support with one labelled text per leaf.
+constant. The rank, learning rate and epochs were chosen on bench/data/taxonomy/support with one labelled
+text per leaf.
 """
 
 from __future__ import annotations
@@ -75,39 +75,33 @@ def adapter_folder(fitted: Path) -> Path:
 LowRankPair = tuple["nn.Parameter", "nn.Parameter"]  # (A [rank, in], B [out, rank])
 
 
-def _low_rank(base: nn.Linear, rank: int, alpha: float) -> tuple[nn.Module, LowRankPair]:
-    """`base` plus a trainable low-rank delta, y = base(x) + alpha / rank * x A^T B^T (B starts at zero), and
-    its (A, B)."""
-    import torch
-    from torch import nn
+def _add_delta(a: nn.Parameter, b: nn.Parameter, scale: float) -> Callable[..., torch.Tensor]:
+    """A forward hook adding x A^T B^T * scale to a Linear's output."""
 
-    a = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
-    b = nn.Parameter(torch.zeros(base.out_features, rank))
+    def hook(_: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor) -> torch.Tensor:
+        return out + (inputs[0] @ a.T @ b.T) * scale  # [..., out]
 
-    class LowRank(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.base, self.lora_A, self.lora_B, self.scale = base, a, b, alpha / rank
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., in] -> [..., out]
-            return self.base(x) + (x @ self.lora_A.T @ self.lora_B.T) * self.scale
-
-    return LowRank(), (a, b)
+    return hook
 
 
 def _attach(model: nn.Module, options: TuneOptions) -> dict[str, LowRankPair]:
-    """Freeze the model and wrap every target Linear of its encoder layers; {module path: (A, B)}."""
+    """Freeze the model and give every target Linear of its encoder layers a trainable low-rank delta, added
+    by a forward hook (as the engine applies adapters): y = base(x) + alpha / rank * x A^T B^T, B starting at
+    zero. {module path: (A, B)}."""
+    import torch
     from torch import nn
 
     for p in model.parameters():
         p.requires_grad_(False)
+    scale = options.alpha / options.rank
     wrapped: dict[str, LowRankPair] = {}
-    for path, module in list(model.named_modules()):
-        for name, child in list(module.named_children()):
-            if name in TARGETS and isinstance(child, nn.Linear) and ".layer." in f".{path}.":
-                wrapper, pair = _low_rank(child, options.rank, options.alpha)
-                setattr(module, name, wrapper)
-                wrapped[f"{path}.{name}"] = pair
+    for path, module in model.named_modules():
+        name = path.rsplit(".", 1)[-1]
+        if name in TARGETS and isinstance(module, nn.Linear) and ".layer." in f".{path}":
+            a = nn.Parameter(torch.randn(options.rank, module.in_features) / math.sqrt(module.in_features))
+            b = nn.Parameter(torch.zeros(module.out_features, options.rank))
+            module.register_forward_hook(_add_delta(a, b, scale))
+            wrapped[path] = (a, b)
     if not wrapped:
         raise InvalidInput(f"tuning needs a BERT-style encoder (Linear layers named {', '.join(TARGETS)})")
     return wrapped

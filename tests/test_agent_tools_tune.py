@@ -22,7 +22,7 @@ from agent_tools.taxonomy_index import load_fitted
 from agent_tools.taxonomy_tree import load_taxonomy
 from agent_tools.taxonomy_tune import Encoder, Pair, TuneOptions, adapter_folder, tune_adapter
 from engine.catalogue.catalogue import Catalogue
-from engine.catalogue.weights import resolve_adapter
+from engine.catalogue.weights import AdapterPolicy, resolve_adapter
 from engine.config import EngineSettings
 from engine.runtime import AsyncEngine
 from tests.agent_tools_support import classify_over_mcp
@@ -114,9 +114,9 @@ def test_adapter_folders_are_served_by_path_only_when_allowed(tmp_path: Path) ->
     base = make_tiny_bert(tmp_path / "base", seed=5)
     out = tune_adapter(Encoder(base), pairs(), tmp_path / "adapter", TuneOptions(epochs=1, batch_size=4))
     card = Catalogue().get(str(base))
-    assert resolve_adapter(card, str(out), None, local=False, folders=[out])[1] == out.resolve()
+    assert resolve_adapter(card, str(out), AdapterPolicy.of(None, False, [out]))[1] == out.resolve()
     with pytest.raises(InvalidInput, match="no LoRA adapter"):
-        resolve_adapter(card, str(out), None, local=False, folders=[tmp_path / "elsewhere"])
+        resolve_adapter(card, str(out), AdapterPolicy.of(None, False, [tmp_path / "elsewhere"]))
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 
 from engine.catalogue.catalogue import Catalogue
 from engine.catalogue.folders import FolderPolicy, check_id, under
-from engine.catalogue.weights import resolve_adapter
+from engine.catalogue.weights import AdapterPolicy, resolve_adapter
 from engine.config import EngineSettings
 from engine.errors import InvalidInput, ModelLoadFailed, ModelNotFound
 from engine.runtime import AsyncEngine
@@ -223,11 +223,14 @@ def test_lora_spellings_are_one_adapter_and_local_paths_need_the_switch(tmp_path
     outside.mkdir()
     (outside / "adapter_config.json").write_text("{}")
     (adapters / "escape").symlink_to(outside)
-    assert resolve_adapter(card, "one", adapters, local=False) == ("one", (adapters / "one").resolve())
+    assert resolve_adapter(card, "one", AdapterPolicy(adapters, local=False)) == ("one", (adapters / "one").resolve())
     for name in (str(outside), "escape", "../outside-adapter", "one/", "~nosuchuser"):
         with pytest.raises(InvalidInput):
-            resolve_adapter(card, name, adapters, local=False)
-    keys = {resolve_adapter(card, s, None, local=True)[0] for s in (str(outside), f"{outside}/", f"{outside}//.")}
+            resolve_adapter(card, name, AdapterPolicy(adapters, local=False))
+    keys = {
+        resolve_adapter(card, s, AdapterPolicy(None, local=True))[0]
+        for s in (str(outside), f"{outside}/", f"{outside}//.")
+    }
     assert keys == {str(outside.resolve())}
 
 

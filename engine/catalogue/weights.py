@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -175,22 +175,35 @@ def resolve_weights(card: ModelCard, offline: bool | None = None, show_paths: bo
     )
 
 
-def resolve_adapter(
-    card: ModelCard, name: str, lora_dir: Path | None, local: bool = True, folders: Sequence[Path] = ()
-) -> tuple[str, Path]:
+@dataclass(frozen=True)
+class AdapterPolicy:
+    """Where LoRA adapters may come from besides a card's `loras`: sub-folders of the adapter folder, the
+    folders allowed by their path (canonical, resolved once here), and any folder when local folders are on."""
+
+    lora_dir: Path | None = None
+    local: bool = True
+    allowed: frozenset[Path] = frozenset()
+
+    @classmethod
+    def of(cls, lora_dir: Path | None, local: bool, folders: Iterable[Path] = ()) -> AdapterPolicy:
+        found = (canonical(Path(f)) for f in folders)
+        return cls(lora_dir, local, frozenset(f for f in found if f is not None))
+
+
+def resolve_adapter(card: ModelCard, name: str, policy: AdapterPolicy) -> tuple[str, Path]:
     """(canonical name, folder) of a LoRA adapter: the card's `loras`, then a folder under the adapter folder,
-    then (local folders on, or one of the `folders` allowed by path) any folder. Every spelling of one folder
-    gives one name; 400 otherwise."""
+    then (local folders on, or one the policy allows by path) any folder. Every spelling of one folder gives
+    one name; 400 otherwise."""
     check_id(name, "LoRA adapter name", 512)
     candidates: list[tuple[str, Path]] = []
     if name in card.loras:
         candidates.append((name, Path(card.loras[name]).expanduser()))
-    if lora_dir is not None:
-        found = under(Path(lora_dir), name)
+    if policy.lora_dir is not None:
+        found = under(Path(policy.lora_dir), name)
         if found is not None:
             candidates.append(found)
     folder = canonical(Path(name))
-    if folder is not None and (local or folder in {canonical(Path(f)) for f in folders}):
+    if folder is not None and (policy.local or folder in policy.allowed):
         candidates.append((str(folder), folder))
     for key, folder in candidates:
         try:

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from engine.arch.layers import PackedBatch
 from engine.catalogue.inference import read_json
+from engine.catalogue.weights import AdapterPolicy
 from engine.errors import ModelLoadFailed
 from engine.metrics import LORA_CACHE
 from engine.model.quantize import Int8Linear
@@ -136,9 +137,7 @@ class AdapterCache:
         self, capacity: int = 16, lora_dir: Path | None = None, local: bool = True, folders: tuple[Path, ...] = ()
     ) -> None:
         self.capacity = max(1, capacity)
-        self.lora_dir = lora_dir
-        self.local = local  # adapter names may be any local folder (engine.catalogue.folders)
-        self.folders = folders  # adapter folders allowed by their path when local folders are off
+        self.policy = AdapterPolicy.of(lora_dir, local, folders)  # where adapter names may point
         self._items: OrderedDict[tuple[str, str, str], Adapter] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0

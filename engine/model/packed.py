@@ -136,9 +136,7 @@ class PackedModel:
         """The LoRA adapter `name`, loaded (cached) and hooked into the backbone; raises if it is unusable."""
 
         def read() -> lora.Adapter:
-            _, folder = resolve_adapter(
-                self.card, name, self.adapters.lora_dir, self.adapters.local, self.adapters.folders
-            )
+            _, folder = resolve_adapter(self.card, name, self.adapters.policy)
             renames = FAMILIES[self.card.family].renames
             return lora.read_adapter(name, folder, renames, self.device, self.dtype)
 

@@ -6,11 +6,13 @@ truncation policy, normalisation, which prefix a text takes, which LoRA adapter)
 
 from __future__ import annotations
 
+import functools
 import time
+from pathlib import Path
 from typing import cast
 
 from engine.catalogue.cards import PRECISIONS, ModelCard, Precision
-from engine.catalogue.weights import resolve_adapter
+from engine.catalogue.weights import AdapterPolicy, resolve_adapter
 from engine.config import EngineSettings
 from engine.errors import InvalidInput
 from engine.tasks.limits import check_count, check_item_id, check_tokens, clean_instruction, clean_text
@@ -57,8 +59,15 @@ def adapter_for(card: ModelCard, settings: EngineSettings, lora: str | None, pro
     lora = lora or card.profile(profile).lora
     if lora is None:
         return None
-    key, _ = resolve_adapter(card, lora, settings.lora_dir, settings.local_models, settings.lora_folders)
+    key, _ = resolve_adapter(
+        card, lora, _policy(settings.lora_dir, settings.local_models, tuple(settings.lora_folders))
+    )
     return key
+
+
+@functools.lru_cache(maxsize=8)  # one per settings a process runs with: not rebuilt (folders resolved) per request
+def _policy(lora_dir: Path | None, local: bool, folders: tuple[Path, ...]) -> AdapterPolicy:
+    return AdapterPolicy.of(lora_dir, local, folders)
 
 
 def encode_task(card: ModelCard, req: EncodeRequest, settings: EngineSettings, tenant: str | None = None) -> Task:
