@@ -12,8 +12,8 @@ Taxonomy, on the example product taxonomy (401 nodes, 302 leaves, 335 labelled t
 Context filter: latency of filter_context for 50 passages (MiniLM similarity; with sentence pruning; with the
 cross-encoder), against the bare model call on the same texts (the baseline, measured in the same run).
 Scaling: taxonomy parsing per node at 1k/10k/50k leaves and passage splitting per MB at 0.1/1/5 MB.
-Quality (unless --no-quality): bench/taxonomy_quality.py on the four labelled taxonomy sets, the flat
-nearest-leaf baseline beside the tool per set, and bench/context_quality.py on the two question sets.
+Quality (unless --no-quality): bench/taxonomy_quality.py on the five labelled taxonomy sets, the flat
+nearest-leaf baseline beside the tool per set, and bench/context_quality.py on the three question sets.
 Writes bench/results/agent_tools.json.
 
     .venv/bin/python bench/agent_tools.py [--threads 2] [--texts 335] [--ce-texts 4] [--big-leaves 10000]

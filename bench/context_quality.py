@@ -6,7 +6,8 @@ Per set, in the same run: plain cosine ranking (the best passage only; the forme
 of 0.1 on the cosine and 0.15 between sentences; the adaptive cut on the cosine alone) beside
 `filter_context` with its defaults: answer passage kept, share of the words kept, and with
 `sentences=true`, the answer sentence kept (the answer string survives pruning). The defaults were
-chosen on examples/context_filter; bench/data/context/ holds the technical set they were not chosen on.
+chosen on examples/context_filter; bench/data/context/ holds a technical set they were not chosen on, and
+bench/data/context_stdlib/ a second one, written after the defaults were set and measured once they were.
 
     .venv/bin/python bench/context_quality.py
 """
@@ -29,6 +30,7 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SETS = {
     "examples (chose the defaults)": ROOT / "examples" / "context_filter",
     "technical docs": ROOT / "bench" / "data" / "context",
+    "Python standard library": ROOT / "bench" / "data" / "context_stdlib",
 }
 
 
