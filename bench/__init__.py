@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.config import EngineSettings
+
+CORPUS = Path(__file__).resolve().parent / "data" / "passages.jsonl"  # the encode corpus (bench/make_corpus.py)
+
+
+def load_corpus(limit: int | None = None) -> list[str]:
+    """The texts of the encode corpus, the first `limit` of them (None: all)."""
+    texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines() if line.strip()]
+    return texts[:limit] if limit else texts
 
 
 def float32_settings() -> EngineSettings:

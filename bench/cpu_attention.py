@@ -30,7 +30,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from bench.token_buckets import CORPUS, MODEL, fresh_batches, interleaved_rounds  # noqa: E402
+from bench import load_corpus  # noqa: E402
+from bench.token_buckets import MODEL, fresh_batches, interleaved_rounds  # noqa: E402
 from engine.arch import cpu_kernels  # noqa: E402
 from engine.arch.layers import PackedBatch, varlen_attention  # noqa: E402
 from engine.catalogue.catalogue import Catalogue  # noqa: E402
@@ -103,7 +104,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if not cpu_kernels.ready():
         sys.exit("this CPU has no AVX512-BF16 (or no C++ compiler): the kernel does not run here")
-    texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines()][: args.limit]
+    texts = load_corpus(args.limit)
     model = load_model(Catalogue().get(MODEL), "cpu", precision="bfloat16")
     heads = int(model.config.num_attention_heads)
     head_dim = model.dense_dim // heads

@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-CORPUS = ROOT / "bench" / "data" / "passages.jsonl"
+from bench import load_corpus  # noqa: E402
+
 MODEL_ID = "bench/random-ms-marco-minilm"
 
 
@@ -64,7 +65,7 @@ def make_model(folder: Path) -> None:
 
 
 def workload(queries: int, docs: int) -> list[tuple[str, list[str]]]:
-    texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines()]
+    texts = load_corpus()
     rng = np.random.default_rng(0)
     out = []
     for _ in range(queries):

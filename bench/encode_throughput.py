@@ -24,13 +24,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from bench import load_corpus  # noqa: E402
+
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-CORPUS = ROOT / "bench" / "data" / "passages.jsonl"
-
-
-def load_corpus(limit: int | None) -> list[str]:
-    texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines()]
-    return texts[:limit] if limit else texts
 
 
 def best_of(repeat: int, fn) -> tuple[float, object]:  # noqa: ANN001

@@ -7,7 +7,8 @@ everything lands in one JSON file (bench/results/gpu.json, or --out). Timings sy
 
 - environment: torch, CUDA, the device, whether flash-attn is importable (shoal uses its varlen kernel in
   half precision when it is);
-- peaks: dense matmul FLOP/s per precision with the embedding model's own layer shapes at its token budget;
+- peaks: dense matmul FLOP/s per precision with the embedding model's own layer shapes at its token budget
+  (bench/roofline_parts.py: MatmulPeak, as the CPU roofline measures them);
 - encode: the corpus (bench/data/passages.jsonl, repeated to --passages) through sentence-transformers float32
   and float16, shoal in-process pinned to each precision the device offers, and shoal's default (a fresh
   profile store: the engine gates and picks a precision itself); rounds interleaved; passages/s, useful
@@ -46,9 +47,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench import gpu_models  # noqa: E402
+from bench import gpu_models, load_corpus  # noqa: E402
+from bench.roofline_parts import MatmulPeak  # noqa: E402
 
-CORPUS = ROOT / "bench" / "data" / "passages.jsonl"
 LABELS = ["person", "organisation", "place", "date", "product"]
 Result = dict[str, Any]
 T = TypeVar("T")
@@ -92,34 +93,6 @@ def device_precisions(device: str) -> list[str]:
     from engine.model.precision import available
 
     return [p for p in available(device) if p != "int8"]
-
-
-def matmul_peaks(config: Any, device: str, precisions: list[str], tokens: int, passes: int = 5) -> Result:
-    """Best FLOP/s of one layer's linear shapes (q, k, v, out, up, down) on `tokens` rows, per precision."""
-    from engine.arch.flops import linear_shapes
-    from engine.model.precision import DTYPES
-
-    g = torch.Generator().manual_seed(0)
-    peaks: Result = {}
-    for precision in precisions:
-        dtype = DTYPES[precision]
-        layers = [(torch.randn(o, i, generator=g) * i**-0.5).to(device, dtype) for i, o in linear_shapes(config)]
-        inputs = {w.shape[1]: torch.randn(tokens, w.shape[1], generator=g).to(device, dtype) for w in layers}
-        flops = sum(2 * tokens * w.shape[0] * w.shape[1] for w in layers)
-
-        @torch.inference_mode()
-        def one_pass(layers: list[torch.Tensor] = layers, inputs: dict[int, torch.Tensor] = inputs) -> None:
-            for w in layers:
-                torch.nn.functional.linear(inputs[w.shape[1]], w)
-
-        one_pass()
-        peaks[precision] = max(flops / timed(one_pass, device)[0] for _ in range(passes))
-    return peaks
-
-
-def load_corpus(n: int) -> list[str]:
-    texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines() if line.strip()]
-    return [texts[i % len(texts)] for i in range(n)]
 
 
 def unit(v: np.ndarray) -> np.ndarray:
@@ -181,7 +154,7 @@ def encode_section(model_dir: Path, texts: list[str], device: str, rounds: int, 
     flops = forward_flops(probe.config, lengths)
     precisions = device_precisions(device)
     budget = card.profiles["default"].max_batch_tokens
-    peaks = matmul_peaks(probe.config, device, precisions, budget)
+    peaks = {p: MatmulPeak(probe.config, p, budget, device).measure(passes=5) for p in precisions}
     systems = EncodeSystems(model_dir, device, precisions, len(texts), work)
     times: dict[str, list[float]] = {name: [] for name in systems.names()}
     vectors: dict[str, np.ndarray] = {}
@@ -300,7 +273,8 @@ def main() -> None:
         from tests.helpers import minilm_dir
 
         model_dir = gpu_models.tiny_embedder(work / "embedder") if args.tiny else minilm_dir()
-    texts = load_corpus(args.passages)
+    corpus = load_corpus()
+    texts = [corpus[i % len(corpus)] for i in range(args.passages)]  # repeated: a GPU needs more than 2,000
     sections: dict[str, Callable[[], Result]] = {
         "encode": lambda: encode_section(model_dir, texts, args.device, args.rounds, work),
         "resident": lambda: resident_section(model_dir, args.device, texts, args.tiny, work),

@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from bench import load_corpus  # noqa: E402
 from bench.sim_pull_push import SimConfig, simulate  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-CORPUS = ROOT / "bench" / "data" / "passages.jsonl"
 OUT = ROOT / "bench" / "results" / "pull_vs_push.json"
 
 
@@ -64,7 +64,7 @@ def run_simulation() -> list[dict]:
 
 def request_stream(n: int, seed: int = 0) -> list[list[str]]:
     """n requests of 1-4 passages cut to 40-1200 characters: small, varied, the same for both setups."""
-    texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines()]
+    texts = load_corpus()
     rng = random.Random(seed)
     return [[rng.choice(texts)[: rng.randint(40, 1200)] for _ in range(rng.choice((1, 1, 1, 2, 4)))] for _ in range(n)]
 

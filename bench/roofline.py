@@ -38,6 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
+from bench import load_corpus  # noqa: E402
 from bench.roofline_parts import (  # noqa: E402
     MODEL,
     HttpClients,
@@ -49,7 +50,6 @@ from bench.roofline_parts import (  # noqa: E402
     stage_seconds_remote,
 )
 
-CORPUS = ROOT / "bench" / "data" / "passages.jsonl"
 SENTENCE = "How do I keep a small embedding model fast on a CPU?"
 TARGETS = {
     "fp32_of_peak": 0.80,
@@ -64,11 +64,6 @@ TARGETS = {
     "int8_of_peak": 0.80,
 }
 LABELS = {"st": "sentence-transformers", "inproc": "shoal in-process", "http": "shoal HTTP"}
-
-
-def load_corpus(limit: int | None) -> list[str]:
-    texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines()]
-    return texts[:limit] if limit else texts
 
 
 def gate_profiles(precisions: list[str], store: Path) -> dict[str, dict[str, Any]]:

@@ -29,14 +29,15 @@ MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 class MatmulPeak:
     """The linear layers of one transformer layer of the model (q, k, v, out, up, down) in one precision, run
-    back to back on `tokens` rows, on each kernel this machine offers for them (PyTorch's addmm and oneDNN's
-    linear, engine/arch/linear.py): the best FLOP/s over every call of `measure` is the roofline."""
+    back to back on `tokens` rows, on each kernel `device` offers for them (on a CPU PyTorch's addmm and
+    oneDNN's linear, engine/arch/linear.py; elsewhere PyTorch's): the best FLOP/s over every call of `measure`
+    is the roofline."""
 
-    def __init__(self, config: Any, precision: str, tokens: int) -> None:
-        self.precision = precision
+    def __init__(self, config: Any, precision: str, tokens: int, device: str = "cpu") -> None:
+        self.precision, self.device = precision, device
         dtype = DTYPES[precision]
         g = torch.Generator().manual_seed(0)
-        self.kernels: list[list[nn.Module]] = [[], []]  # addmm, oneDNN (the same weights)
+        self.kernels: list[list[nn.Module]] = [[], []]  # addmm, oneDNN (the same weights; CPU only)
         self.inputs: dict[int, torch.Tensor] = {}
         self.flops = 0
         for n_in, n_out in linear_shapes(config):
@@ -46,23 +47,29 @@ class MatmulPeak:
             if precision == "int8":
                 self.kernels[0].append(Int8Linear(layer))
             else:
-                fused = layer.to(dtype).eval()
-                plain = nn.Linear(n_in, n_out).to(dtype).eval()
-                plain.load_state_dict(fused.state_dict())
+                plain = nn.Linear(n_in, n_out).to(device, dtype).eval()
+                plain.load_state_dict(layer.state_dict())
                 self.kernels[0].append(plain)
-                self.kernels[1].append(fused)
-            self.inputs.setdefault(n_in, torch.randn(tokens, n_in, generator=g).to(dtype))
+                if device == "cpu":
+                    self.kernels[1].append(layer.to(dtype).eval())
+            self.inputs.setdefault(n_in, torch.randn(tokens, n_in, generator=g).to(device, dtype))
             self.flops += 2 * tokens * n_in * n_out
         self.best = 0.0
+
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
 
     @torch.inference_mode()
     def measure(self, passes: int = 4) -> float:
         """FLOP/s of the best of `passes` passes per kernel (after one warm-up); keeps the best seen so far."""
         for layers in (k for k in self.kernels if k):
             for i in range(passes + 1):
+                self._sync()
                 started = time.perf_counter()
                 for layer in layers:
                     layer(self.inputs[layer.in_features])  # type: ignore[index]
+                self._sync()
                 if i:
                     self.best = max(self.best, self.flops / (time.perf_counter() - started))
         return self.best

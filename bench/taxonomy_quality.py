@@ -107,15 +107,10 @@ def shots(
 
     t = index.taxonomy
     leaves = index.leaves
-    position = {int(leaf): j for j, leaf in enumerate(leaves)}
-    by_leaf: dict[int, list[int]] = {}
-    for i, g in enumerate(gold):
-        if g in position:
-            by_leaf.setdefault(g, []).append(i)
-    usable = {g: ix for g, ix in by_leaf.items() if len(ix) > k}
+    usable = leaf_groups(gold, leaves, k)
     if not usable:
         return None
-    rounds = max(len(ix) for ix in usable.values()) if k else 1
+    rounds = max(len(ix) for ix in usable) if k else 1
     right = zero_right = total = 0
     opts = ClassifyOptions(threshold=0)
 
@@ -124,12 +119,7 @@ def shots(
 
     zero: dict[int, int] = {}  # zero-shot's best leaf per text (a text is tested in several rounds)
 
-    for r in range(rounds):
-        train, test = [], []
-        for ix in usable.values():
-            chosen = {ix[(r + j) % len(ix)] for j in range(k)}
-            train += sorted(chosen)
-            test += [i for i in ix if i not in chosen]
+    for train, test in rotations(usable, k, rounds, step=1):
         fitted = index
         if k:
             own, center = fit_vectors(base, leaves, queries[train], np.array([gold[i] for i in train]))
@@ -141,20 +131,24 @@ def shots(
     return {"top1": right / total, "zero_shot": zero_right / total, "texts": total, "leaves": len(usable)}
 
 
-def rotations(gold: list[int], leaves: np.ndarray, k: int, rounds: int) -> list[tuple[list[int], list[int]]]:
-    """(train, test) text positions: k labelled texts per leaf that has more than k, the rest tested; `rounds`
-    rotations of which texts are labelled."""
+def leaf_groups(gold: list[int], leaves: np.ndarray, k: int) -> list[list[int]]:
+    """The text positions of each leaf that has more than k texts, in the order the leaves first appear."""
     position = {int(leaf) for leaf in leaves}
     by_leaf: dict[int, list[int]] = {}
     for i, g in enumerate(gold):
         if g in position:
             by_leaf.setdefault(g, []).append(i)
-    usable = [ix for ix in by_leaf.values() if len(ix) > k]
+    return [ix for ix in by_leaf.values() if len(ix) > k]
+
+
+def rotations(groups: list[list[int]], k: int, rounds: int, step: int) -> list[tuple[list[int], list[int]]]:
+    """(train, test) text positions: k labelled texts of each group, the rest tested; in round r a group's
+    texts from position r * step on are the labelled ones."""
     out = []
     for r in range(rounds):
         train, test = [], []
-        for ix in usable:
-            chosen = {ix[(r * k + j) % len(ix)] for j in range(k)}
+        for ix in groups:
+            chosen = {ix[(r * step + j) % len(ix)] for j in range(k)}
             train += sorted(chosen)
             test += [i for i in ix if i not in chosen]
         out.append((train, test))
@@ -180,7 +174,7 @@ async def tuned_shots(
     labelled = list(zip(texts, gold, strict=True))
     right = {"zero_shot": 0, "fitted": 0, "tuned": 0}
     total = 0
-    splits = rotations(gold, index.leaves, k, rounds)
+    splits = rotations(leaf_groups(gold, index.leaves, k), k, rounds, step=k)
     if not splits or not splits[0][1]:
         return None
     for train, test in splits:

@@ -29,6 +29,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 import engine.model.packed as packed  # noqa: E402
+from bench import load_corpus  # noqa: E402
 from engine.arch.linear import _DTYPES  # noqa: E402
 from engine.catalogue.catalogue import Catalogue  # noqa: E402
 from engine.model.loader import load_model  # noqa: E402
@@ -36,7 +37,6 @@ from engine.model.packed import PackedModel  # noqa: E402
 from engine.model.sequences import Encoded  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-CORPUS = ROOT / "bench" / "data" / "passages.jsonl"
 BUDGET = 4096  # the CPU profile's token budget
 
 
@@ -103,7 +103,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     offered = ["float32", *(["bfloat16"] if torch.bfloat16 in _DTYPES else [])]
     precisions = args.precisions.split(",") if args.precisions else offered
-    texts = [json.loads(line)["text"] for line in CORPUS.read_text().splitlines()][: args.limit]
+    texts = load_corpus(args.limit)
     report: dict[str, dict[str, float]] = {}
     for precision in precisions:
         runs = measure(precision, texts, args.rounds)
