@@ -110,7 +110,7 @@ BLOCKS: dict[tuple[str, str], Runner | str] = {
     ("README.md", "source .venv/bin/activate"): run_activate,
     ("README.md", "shoal serve --port 8080 &"): run_encode_curls,
     ("README.md", "shoal models pull cross-encoder/ms-marco-MiniLM-L-6-v2         # NEEDS NETWORK ACCESS, once (about 90 MB)"):
-        skip("needs network access; tests/test_models_pull.py pulls into a fresh cache from a local hub"),
+        skip("needs network access; tests/test_models_pull.py checks the offline error and a model already here"),
     ("README.md", "shoal ingest examples/docs                        # into lancedb://./shoal-data, collection \"chunks\""): run_shell,
     ("README.md", "import pipeline"): run_python,
     ("README.md", "import agent_tools"): run_python,
