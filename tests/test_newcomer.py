@@ -98,7 +98,7 @@ def test_sources_at_80_columns_keep_the_date_on_one_line() -> None:
     from shoal.commands.table import render
 
     when = _when(time.mktime((2026, 12, 7, 18, 10, 0, 0, 0, -1)))
-    rows = [["reports/quarterly-review.pdf", "ok", "12", when, "/home/someone/projects/documents/folder"]]
+    rows = [["pt400-pump-manual.pdf", "ok", "12", when, "/home/someone/projects/documents/folder"]]
     headers = ["source", "status", "chunks", "ingested", "folder, or the failure"]
     table = render(headers, rows, 80, fold_last=True)
     assert all(len(line) <= 80 for line in table.splitlines()), table
