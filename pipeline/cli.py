@@ -202,7 +202,14 @@ def search_command(
             if client is not None:
                 await client.close()
 
-    _print_hits(asyncio.run(run()), query, mode, bool(rerank), as_json)
+    if as_json:  # machine output: nothing drawn, and rich not imported
+        hits = asyncio.run(run())
+    else:
+        from pipeline.cli_output import working
+
+        with working(f"searching {db or DEFAULT_DB} (loading the query's model here)"):
+            hits = asyncio.run(run())
+    _print_hits(hits, query, mode, bool(rerank), as_json)
 
 
 def _print_hits(hits: list[Hit], query: str, mode: str, reranked: bool, as_json: bool) -> None:

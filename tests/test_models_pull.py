@@ -48,8 +48,8 @@ def test_pull_of_a_model_already_here_fetches_nothing(tmp_path: Path) -> None:
     cards.mkdir()
     (cards / "cached.yaml").write_text(CARD)
     env = fresh(tmp_path, offline=False)
-    r = shoal("models", "pull", "test/cached-model", "sentence-transformers/all-MiniLM-L6-v2", "--model-dir",
-              str(cards), cwd=tmp_path, env=env)  # fmt: skip
+    names = ["test/cached-model", "sentence-transformers/all-MiniLM-L6-v2"]
+    r = shoal("models", "pull", *names, "--model-dir", str(cards), cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     cached, default = r.stdout.splitlines()
     assert cached == f"test/cached-model: already here (hf-cache: {snap})", r.stdout
