@@ -22,8 +22,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def run(args: list[str], cwd: Path, terminal: bool) -> tuple[str, str, int]:
     """(stdout, stderr, exit code) of `shoal ARGS` on a fresh HOME, with stderr a pseudo-terminal or a pipe."""
     (cwd / "home").mkdir(exist_ok=True)
-    env = {**os.environ, "HOME": str(cwd / "home"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": str(REPO), "TERM": "xterm-256color", "COLUMNS": "120"}  # fmt: skip
+    fresh = {"HOME": str(cwd / "home"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, **fresh, "PYTHONPATH": str(REPO), "TERM": "xterm-256color", "COLUMNS": "120"}
     env.pop("SHOAL_DEBUG", None)
     cmd = [sys.executable, "-m", "shoal.cli", *args]
     if not terminal:
