@@ -204,6 +204,9 @@ def serve(
         from pipeline.http import search_router
 
         http.include_router(search_router(engine, db, collection))  # GET/POST /v1/search (the console's page)
+        from pipeline.discovery import announce
+
+        announce(db, settings.host, settings.port)  # `shoal search` on this store finds this server
     serve_app(http, settings, log_level)
 
 
