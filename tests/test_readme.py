@@ -101,7 +101,7 @@ def skip(reason: str) -> str:
 
 
 BLOCKS: dict[tuple[str, str], Runner | str] = {
-    ("README.md", "./scripts/install.sh                               # torch, shoal with GLiNER, the default model's weights"):
+    ("README.md", "python3 -m venv .venv && source .venv/bin/activate  # once, if you have no environment of your own"):
         skip("installs packages; tests/test_packaging.py installs the built wheel with scripts/install.sh in a fresh "
              "venv, and tests/test_newcomer.py checks these lines"),
     ("README.md", "./scripts/demo.sh"): skip("installs into .venv, which this test run stands on; its ingest and "
