@@ -16,6 +16,9 @@ from typing import Annotated, Any
 
 import typer
 
+from shoal.commands.base import ShoalGroup
+from shoal.commands.pull import pull
+
 Info = dict[str, Any]
 
 
@@ -104,13 +107,8 @@ def render_table(infos: list[Info], width: int = 80, device: str = "cpu") -> Non
         print(textwrap.fill(note, width))
 
 
-def _group() -> type:
-    from shoal.commands.base import ShoalGroup  # --help answered plainly, `pull` listed whole
-
-    return ShoalGroup
-
-
-app = typer.Typer(cls=_group(), invoke_without_command=True, add_completion=False, rich_markup_mode=None)
+# a group (`shoal models` lists, `shoal models pull` downloads) with the CLI's plain help and error contract
+app = typer.Typer(cls=ShoalGroup, invoke_without_command=True, add_completion=False, rich_markup_mode=None)
 
 
 @app.callback()
@@ -135,10 +133,4 @@ def models(
     render_table(infos, device=device)
 
 
-def _register() -> None:
-    from shoal.commands.pull import pull
-
-    app.command("pull")(pull)
-
-
-_register()
+app.command("pull")(pull)

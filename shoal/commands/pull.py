@@ -25,8 +25,9 @@ OFFLINE_HINT = (
 )
 RETRY_HINT = "check the network (or HF_ENDPOINT); run the command again and it resumes where it stopped"
 # huggingface_hub's errors that mean "the repo or revision is not there" (exit 1); any other is the network (2)
-MISSING = {"RepositoryNotFoundError", "RevisionNotFoundError", "GatedRepoError", "EntryNotFoundError"}
-MISSING.add("HFValidationError")
+MISSING = frozenset(
+    ("RepositoryNotFoundError", "RevisionNotFoundError", "GatedRepoError", "EntryNotFoundError", "HFValidationError")
+)
 
 
 def _cause(exc: BaseException) -> str:
