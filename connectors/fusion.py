@@ -2,7 +2,7 @@
 
 A hybrid hit's score is the sum, over the rankings the store has for the query (dense; lexical; SPLADE and
 ColBERT where the store searches them), of 1 / (RRF_K + rank), rank counted from 1, each ranking cut at
-CANDIDATES x top_k. A chunk first in two rankings scores 2/61 = 0.0328 on any store, so a `--min-score` or an
+CANDIDATES x top_k. A chunk first in two rankings scores 2/61 = 0.0328 on any store, so a score threshold or an
 agent reading scores means the same thing whichever store answered. Stores that fuse natively are given the
 same constant (Qdrant counts ranks from 0, hence QDRANT_RRF_K).
 """

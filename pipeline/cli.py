@@ -167,9 +167,14 @@ def search_command(
     url: SearchUrlOpt = None,
     state: StateOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per hit")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="say on stderr where the search ran (a warm server, or here)")
+    ] = False,
 ) -> None:
     """Search an ingested collection in any store: hybrid keyword + vector (fused) by default.
 
+    Without --url, a `shoal serve --db` of the same embedded store running on this machine is found (it
+    leaves a discovery file in the store's folder) and answers, so nothing loads here; --verbose says so.
     Reads only: a store that does not exist is an error, never created. Exit code 1 (one line, no traceback)
     on a bad filter, an unknown field or collection, or a store error; 2 when --url cannot be reached.
     """
@@ -177,13 +182,13 @@ def search_command(
 
     if mode not in MODES:
         raise typer.BadParameter(f"mode must be one of {', '.join(MODES)}", param_hint="--mode")
-    if url and not (filter or rerank or state):  # a warm server that serves this store answers it all
-        from pipeline.remote import served_search
-
-        found = served_search(url, query, db or DEFAULT_DB, collection, top_k, mode, where)
+    if not (filter or rerank or state):  # a warm server that serves this store answers it all
+        found = _warm_search(url, query, db or DEFAULT_DB, collection, top_k, mode, where, verbose)
         if found is not None:
             _print_hits(found, query, mode, False, as_json)
             return
+    if verbose:
+        _say("searching here: the query's model and the store driver load in this process")
     from pipeline.search import search_async
 
     client = None
@@ -202,7 +207,59 @@ def search_command(
             if client is not None:
                 await client.close()
 
-    _print_hits(asyncio.run(run()), query, mode, bool(rerank), as_json)
+    if as_json:  # machine output: nothing drawn, and rich not imported
+        hits = asyncio.run(run())
+    else:
+        from pipeline.cli_output import working
+
+        with working(f"searching {db or DEFAULT_DB} (loading the query's model here)"):
+            hits = asyncio.run(run())
+    _print_hits(hits, query, mode, bool(rerank), as_json)
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def _warm_search(
+    url: str | None,
+    query: str,
+    db: str,
+    collection: str | None,
+    top_k: int,
+    mode: str,
+    where: list[str] | None,
+    verbose: bool,
+) -> list[Hit] | None:
+    """The hits from a warm server that serves `db`: the one --url names, else the one the store's discovery
+    file names (when it is alive); None when none answers for this store (the search then runs here)."""
+    from pipeline.remote import served_search
+
+    if url:
+        found = served_search(url, query, db, collection, top_k, mode, where)
+        if verbose:
+            _say(f"searched by the server at {url}" if found is not None else f"{url} does not serve {db}")
+        return found
+    from pipeline.discovery import discover
+
+    announced = discover(db)
+    if announced is None or announced.url is None:
+        if verbose and announced is not None:
+            _say(announced.why)
+        return None
+    from pipeline.config import ConfigError
+
+    try:
+        found = served_search(announced.url, query, db, collection, top_k, mode, where)
+    except ConfigError as e:
+        if e.code not in ("UNAUTHORIZED", "FORBIDDEN"):
+            raise  # the server's answer about this query (a bad filter) is the answer here too
+        found = None  # a server behind a key this shell does not have: search here instead
+    if verbose:
+        _say(announced.why if found is not None else f"{announced.url} did not answer for this store")
+    return found
 
 
 def _print_hits(hits: list[Hit], query: str, mode: str, reranked: bool, as_json: bool) -> None:

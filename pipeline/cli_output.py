@@ -1,10 +1,14 @@
-"""What `shoal ingest`, `search` and `reindex` print: the progress bar, the run summary, the hits."""
+"""What `shoal ingest`, `search` and `reindex` print: the progress bar, the run summary, the hits; and the
+spinner and one-line summary every long command shows on stderr (`working`, `summary`)."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +18,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    SpinnerColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -29,8 +34,27 @@ console = Console(stderr=True)
 out = Console()
 
 
+@contextmanager
+def working(what: str, show: bool = True) -> Iterator[Progress | None]:
+    """A spinner with the elapsed time on stderr while the block runs (its Progress, to add bars to), on a
+    terminal only: piped or redirected, nothing is drawn (rich would leave a blank line), so stdout and
+    `--json` output stay clean. Transient: the line goes when the block ends."""
+    if not show or not console.is_terminal:
+        yield None
+        return
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        bar.add_task(escape(what), total=None)
+        yield bar
+
+
+def summary(line: str) -> None:
+    """The one-line human summary a long command ends with, on stderr (stdout keeps the command's output)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 class RichProgress:
-    """The ingest progress bar: files, chunks, tokens/s and ETA."""
+    """The ingest progress bar: files, chunks, files/s, chunks/s, tokens/s and ETA."""
 
     def __init__(self, quiet: bool = False) -> None:
         self.bar = Progress(
@@ -46,7 +70,7 @@ class RichProgress:
         )
         self.task: TaskID | None = None
         self.parts: dict[str, TaskID] = {}  # rel -> the bar of a large file being written window by window
-        self.chunks = self.tokens = 0
+        self.chunks = self.tokens = self.files = 0
         self.t0 = time.perf_counter()
         self._mu = threading.Lock()
 
@@ -61,6 +85,7 @@ class RichProgress:
                 self.bar.remove_task(self.parts.pop(rel))
             self.chunks += chunks
             self.tokens += tokens
+            self.files += 1
             if self.task is not None:
                 self.bar.update(self.task, advance=1, info=self._info())
 
@@ -76,8 +101,11 @@ class RichProgress:
             self.bar.update(self.parts[rel], completed=done)
 
     def _info(self) -> str:
-        rate = self.tokens / max(1e-6, time.perf_counter() - self.t0)
-        return f"files · {self.chunks} chunks · {rate:,.0f} tok/s"
+        took = max(1e-6, time.perf_counter() - self.t0)
+        rates = (
+            f"{self.files / took:,.1f} files/s · {self.chunks / took:,.1f} chunks/s · {self.tokens / took:,.0f} tok/s"
+        )
+        return f"files · {self.chunks} chunks · {rates}"
 
     def phase(self, name: str) -> None:
         if self.task is not None:
@@ -120,6 +148,16 @@ def print_summary(s: IngestSummary) -> None:
         out.print(p)
     if not s.walk_complete:
         out.print("[yellow]the folder walk was incomplete: nothing was deleted from the store[/yellow]")
+    out.print(summary_line(s), highlight=False, markup=False)
+
+
+def summary_line(s: IngestSummary) -> str:
+    """The run in one line: what was done, what failed, and the rates over the wall time."""
+    took = max(s.wall_s, 1e-6)
+    failed = f", {len(s.files_failed)} failed" if s.files_failed else ""
+    done = f"{plural(s.files_processed, 'file')} ingested ({s.files_unchanged} unchanged{failed})"
+    rates = f"{s.files_processed / took:.1f} files/s, {s.chunks_written / took:.1f} chunks/s"
+    return f"{done}: {plural(s.chunks_written, 'chunk')} written in {s.wall_s:.1f} s ({rates})"
 
 
 def plural(n: int, word: str) -> str:

@@ -17,3 +17,7 @@ for q in "What does error code E-417 mean?" "How much notice is needed to end th
   echo "== shoal search \"$q\""
   .venv/bin/shoal search "$q" --db "$DB" --top-k 3
 done
+# shoal is in .venv, not on the PATH: the last line printed is the one that makes the command available
+echo
+echo "== shoal is installed in .venv, not on the PATH. To use \`shoal\` in this shell (or call $PWD/.venv/bin/shoal):"
+echo "source $PWD/.venv/bin/activate"

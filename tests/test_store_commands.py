@@ -67,7 +67,7 @@ def test_collections_and_sources(built: tuple[Path, Path], tmp_path: Path) -> No
     table = shoal("sources", "--db", str(db), cwd=tmp_path).stdout  # piped: fits 80 columns, names whole
     title, *body = table.splitlines()  # the title names the store's path whole, however long the temp folder is
     assert title.startswith("sources of collection chunks in ") and all(len(line) <= 80 for line in body), table
-    assert "notes/ferry.txt" in table and "3 chunks, 1 failed" in table
+    assert "notes/ferry.txt" in table and "4 sources, 3 chunks, 1 failed" in table
     assert "chunks" in shoal("collections", "--db", str(db), cwd=tmp_path).stdout
 
 
@@ -75,12 +75,14 @@ def test_collections_and_sources(built: tuple[Path, Path], tmp_path: Path) -> No
 def test_delete_a_source_asks_first(store: tuple[Path, Path], tmp_path: Path) -> None:
     _, db = store
     r = shoal("delete", "--source", "pump.md", "--db", str(db), cwd=tmp_path, stdin="n\n")
-    assert r.returncode == 1 and "delete 1 chunks of pump.md" in r.stdout and "nothing removed" in r.stderr
+    assert r.returncode == 1 and "delete 1 chunk of pump.md" in r.stderr and "nothing removed" in r.stderr
+    assert r.stdout == "", "the question goes to stderr: stdout is the command's output alone"
     r = shoal("delete", "--source", "pump.md", "--db", str(db), cwd=tmp_path)  # no answer at all: refused
+    assert r.stdout == "", "no question is printed where no one can answer it"
     assert_short_error(r, "NOT_CONFIRMED", 1)
     assert open_store(str(db)).count("chunks") == 3
     r = shoal("delete", "--source", "pump.md", "--db", str(db), cwd=tmp_path, stdin="y\n")
-    assert r.returncode == 0 and "deleted 1 chunks" in r.stdout
+    assert r.returncode == 0 and "deleted 1 chunk of pump.md" in r.stdout
     store_ = open_store(str(db))
     assert store_.count("chunks") == 2 and "pump.md" not in {s.source for s in store_.sources("chunks")}
     r = shoal("delete", "--source", "pump.md", "--db", str(db), "--yes", cwd=tmp_path)

@@ -131,23 +131,36 @@ def weights_status(card: ModelCard, offline: bool | None = None, show_paths: boo
     return WeightsStatus("missing", None, tuple(tried))
 
 
-def _hub_download(card: ModelCard, repo: str, revision: str | None) -> Path | str:
-    """The downloaded folder (in the cache `weights_status` reads), or why the download failed."""
+def hub_patterns(card: ModelCard) -> list[str]:
+    """The files of a card's hub repo that a load reads (a download fetches only these)."""
+    return HUB_PATTERNS + (GLINER_PATTERNS if card.family == "gliner" else [])
+
+
+def download(card: ModelCard, repo: str, revision: str | None) -> Path:
+    """Download a card's weights from the hub into the cache `weights_status` reads (huggingface_hub resumes
+    a partial download and shows its progress on stderr): the snapshot folder, which `has_weights` checks.
+    Raises huggingface_hub's own errors."""
     from huggingface_hub import snapshot_download
 
-    patterns = HUB_PATTERNS + (GLINER_PATTERNS if card.family == "gliner" else [])
+    return Path(
+        snapshot_download(repo, revision=revision, allow_patterns=hub_patterns(card), cache_dir=hf_cache_root())
+    )
+
+
+def _hub_download(card: ModelCard, repo: str, revision: str | None) -> Path | str:
+    """The downloaded folder (in the cache `weights_status` reads), or why the download failed."""
     try:
-        got = snapshot_download(repo, revision=revision, allow_patterns=patterns, cache_dir=hf_cache_root())
+        folder = download(card, repo, revision)
     except Exception as e:  # noqa: BLE001 - any hub failure is one line of the unavailable message
         return f"hub download of {repo} (failed: {type(e).__name__})"
-    folder = Path(got)
     return folder if has_weights(folder, card) else f"hub download of {repo} (no weight files in the repo)"
 
 
 def how_to_provide(local: bool) -> str:
     """The ways to give a server weights, for the MODEL_UNAVAILABLE message."""
     ways = [
-        "download them once with network access (unset HF_HUB_OFFLINE and SHOAL_OFFLINE) into the Hugging Face cache",
+        "download them once with network access into the Hugging Face cache: `shoal models pull MODEL` (or unset "
+        "HF_HUB_OFFLINE and SHOAL_OFFLINE, and the first use downloads them)",
         "point a card's source.path (a YAML card in SHOAL_MODEL_DIR) at a checkpoint folder",
         "put the checkpoint folder under a model root (SHOAL_MODEL_ROOTS) and use its name",
     ]

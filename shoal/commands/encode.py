@@ -76,8 +76,14 @@ def encode(
         kwargs["output_dtype"] = dtype
     elif dtype != "float32":
         raise typer.BadParameter(f"--dtype applies to dense output only, not {output}", param_hint="--dtype")
+    import time
+
+    from pipeline.cli_output import plural, summary, working
+
+    started = time.perf_counter()
     try:
-        results = _encode(url, api_key, model, list(lines), kwargs)
+        with working(f"encoding {plural(len(lines), 'text')} with {model}" + ("" if url else " (loading it here)")):
+            results = _encode(url, api_key, model, list(lines), kwargs)
     except Exception as e:
         if found := PRODUCES.search(str(getattr(e, "message", ""))):
             outputs = [o.strip(" '\"") for o in found.group(1).split(",") if o.strip()]
@@ -91,6 +97,7 @@ def encode(
         raise
     for text, r in zip(lines, results, strict=True):
         print(json.dumps({"text": text, **_shown(r, output, dtype, dimensions)}))
+    summary(f"encoded {plural(len(lines), 'text')} ({output}) with {model} in {time.perf_counter() - started:.1f} s")
 
 
 def _encode(

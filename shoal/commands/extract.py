@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from engine.client.calls import ExtractResult
 
 
 def extract_command(
@@ -46,18 +49,38 @@ def extract_command(
         options["multi_label"] = True
     if nested:
         options["flat_ner"] = False
+    import time
+
+    from pipeline.cli_output import plural, summary, working
+
+    started = time.perf_counter()
+    with working(f"extracting from {plural(len(lines), 'text')} with {model}"):
+        results = _extract(url, api_key, model_dir, model, list(lines), wanted, options or None)
+    for text, r in zip(lines, results, strict=True):
+        print(json.dumps({"text": text, "entities": r["entities"], "classifications": r["classifications"]}))
+    found = sum(len(r["entities"]) + len(r["classifications"]) for r in results)
+    took = time.perf_counter() - started
+    summary(f"{found} entities and classes in {plural(len(lines), 'text')} with {model} in {took:.1f} s")
+
+
+def _extract(
+    url: str | None,
+    api_key: str | None,
+    model_dir: Path | None,
+    model: str,
+    texts: list[str],
+    labels: list[str],
+    options: dict[str, float | bool] | None,
+) -> list[ExtractResult]:
     if url:
         from engine.client.sync import Client
 
         with Client(url, api_key=api_key) as c:
-            results = c.extract(model, list(lines), labels=wanted, options=options or None)
-    else:
-        from engine.client.retry import RetryPolicy
-        from engine.config import EngineSettings
-        from engine.runtime import Engine
+            return c.extract(model, list(texts), labels=labels, options=options)
+    from engine.client.retry import RetryPolicy
+    from engine.config import EngineSettings
+    from engine.runtime import Engine
 
-        settings = EngineSettings(model_dir=model_dir) if model_dir else None
-        with Engine(settings, retry=RetryPolicy()) as e:  # a slow first load is waited for
-            results = e.extract(model, list(lines), labels=wanted, options=options or None)
-    for text, r in zip(lines, results, strict=True):
-        print(json.dumps({"text": text, "entities": r["entities"], "classifications": r["classifications"]}))
+    settings = EngineSettings(model_dir=model_dir) if model_dir else None
+    with Engine(settings, retry=RetryPolicy()) as e:  # a slow first load is waited for
+        return e.extract(model, list(texts), labels=labels, options=options)

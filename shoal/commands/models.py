@@ -16,6 +16,9 @@ from typing import Annotated, Any
 
 import typer
 
+from shoal.commands.base import ShoalGroup
+from shoal.commands.pull import pull
+
 Info = dict[str, Any]
 
 
@@ -104,16 +107,30 @@ def render_table(infos: list[Info], width: int = 80, device: str = "cpu") -> Non
         print(textwrap.fill(note, width))
 
 
+# a group (`shoal models` lists, `shoal models pull` downloads) with the CLI's plain help and error contract
+app = typer.Typer(cls=ShoalGroup, invoke_without_command=True, add_completion=False, rich_markup_mode=None)
+
+
+@app.callback()
 def models(
+    ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
     model_dir: Annotated[Path | None, typer.Option(help="extra folder of model cards (*.yaml)")] = None,
     device: Annotated[str, typer.Option(help="show the precisions `shoal tune` recorded for this device")] = "cpu",
     store: Annotated[Path | None, typer.Option(help="profile store (default ~/.cache/shoal/profiles.json)")] = None,
 ) -> None:
     """List the model catalogue: tasks, outputs, max length, where each model's weights are, and the precisions
-    that passed the quality gate in the last `shoal tune` on this device."""
+    that passed the quality gate in the last `shoal tune` on this device.
+
+    `shoal models pull MODEL...` downloads models' weights ahead of use (network access needed once).
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     infos = catalogue_infos(model_dir, device=device, store=store)
     if as_json:
         print(json.dumps(infos, indent=2))
         return
     render_table(infos, device=device)
+
+
+app.command("pull")(pull)

@@ -204,6 +204,9 @@ def serve(
         from pipeline.http import search_router
 
         http.include_router(search_router(engine, db, collection))  # GET/POST /v1/search (the console's page)
+        from pipeline.discovery import announce
+
+        announce(db, settings.host, settings.port)  # `shoal search` on this store finds this server
     serve_app(http, settings, log_level)
 
 
@@ -274,7 +277,10 @@ def tune(
 
     settings = settings_from(device=device, profile_store=store, model_dir=model_dir)
     grid = [int(b) for b in budgets.split(",")] if budgets else None
-    report = tune_model(model, settings, grid, dtypes.split(",") if dtypes else None, latency_ms, requests)
+    from pipeline.cli_output import working
+
+    with working(f"tuning {model}: the quality gate per precision, then batch budgets (minutes)", show=not as_json):
+        report = tune_model(model, settings, grid, dtypes.split(",") if dtypes else None, latency_ms, requests)
     if as_json:
         print(json.dumps(report, indent=2))
         return

@@ -26,17 +26,27 @@ def _when(t: float | None) -> str:
 
 
 def _confirm(question: str, yes: bool) -> None:
-    """Ask before removing; refuse when there is no terminal to ask and --yes was not given."""
+    """Ask before removing, on stderr (stdout keeps the command's output alone). With no terminal, an answer
+    piped on stdin is read (and echoed after the question); none at all is a refusal, NOT_CONFIRMED, unless
+    --yes was given."""
     if yes:
         return
-    try:
-        answer = typer.confirm(question, default=False)
-    except typer.Abort:  # no answer (stdin closed, or Ctrl-C)
+    if sys.stdin.isatty():
+        try:
+            answer = typer.confirm(question, default=False, err=True)
+        except typer.Abort:  # Ctrl-C, or the terminal closed
+            print(file=sys.stderr, flush=True)  # end the question's line, before the error's
+            answer = None
+    else:
+        line = sys.stdin.readline().strip()
+        answer = line.lower() in ("y", "yes") if line else None
+        if line:
+            print(f"{question} [y/N]: {line}", file=sys.stderr)
+    if answer is None:
         from pipeline.config import ConfigError
 
-        print(flush=True)  # end the question's line
-        raise ConfigError("no confirmation given (no terminal?): pass --yes to remove without asking",
-                          code="NOT_CONFIRMED") from None  # fmt: skip
+        message = "no confirmation given (no terminal?): pass --yes to remove without asking"
+        raise ConfigError(message, code="NOT_CONFIRMED")
     if not answer:
         print("nothing removed", file=sys.stderr)
         raise typer.Exit(1)
@@ -77,6 +87,7 @@ def sources_command(
     db: DbOpt = None, collection: CollOpt = None, state: StateOpt = None, as_json: JsonOpt = False
 ) -> None:
     """List the sources of a collection: status, chunks in the store, when ingested, and why a file failed."""
+    from pipeline.cli_output import plural
     from pipeline.manage import sources
 
     uri, coll = _collection(db, collection)
@@ -92,7 +103,7 @@ def sources_command(
         )
     )
     failed = sum(s.status == "failed" for s in found)
-    print(f"\n{len(found)} sources, {sum(s.chunks for s in found)} chunks, {failed} failed")
+    print(f"\n{plural(len(found), 'source')}, {plural(sum(s.chunks for s in found), 'chunk')}, {failed} failed")
 
 
 def forget_command(
@@ -104,6 +115,7 @@ def forget_command(
     yes: YesOpt = False,
 ) -> None:
     """Stop tracking a folder: `reindex` no longer visits it, and its chunks are removed (unless --keep-chunks)."""
+    from pipeline.cli_output import plural
     from pipeline.manage import find_roots, forget
 
     uri = db or DEFAULT_DB
@@ -112,7 +124,7 @@ def forget_command(
     action = "stop tracking" if keep_chunks else "remove the chunks of and stop tracking"
     _confirm(f"{action} {what} in {uri}?", yes)
     removed = forget(uri, roots, keep_chunks, state)
-    print(f"forgot {what}; {removed} chunks removed")
+    print(f"forgot {what}; {plural(removed, 'chunk')} removed")
 
 
 def delete_command(
@@ -129,6 +141,7 @@ def delete_command(
     A deleted source that is still in an ingested folder comes back at the next `reindex`: exclude it, move
     it out, or `shoal forget` the folder.
     """
+    from pipeline.cli_output import plural
     from pipeline.manage import delete_collection, delete_sources, find_sources
 
     uri, coll = _collection(db, collection)
@@ -142,6 +155,6 @@ def delete_command(
     found = find_sources(uri, source, coll, state)
     chunks = sum(s.chunks for s in found)
     names = ", ".join(f"{s.source} ({s.root})" for s in found)
-    _confirm(f"delete {chunks} chunks of {names} from collection {coll!r} in {uri}?", yes)
+    _confirm(f"delete {plural(chunks, 'chunk')} of {names} from collection {coll!r} in {uri}?", yes)
     removed = delete_sources(uri, coll, found, state)
-    print(f"deleted {removed} chunks of {names}")
+    print(f"deleted {plural(removed, 'chunk')} of {names}")

@@ -34,14 +34,16 @@ def render(headers: list[str], rows: list[list[str]], width: int = 80, fold_last
     cols = len(headers)
     cells = [[headers[i], *(r[i] for r in rows)] for i in range(cols)]
     natural = [max(len(c) for c in col) for col in cells]
-    floor = [max([len(col[0])] + [len(w) for c in col[1:] for w in c.split()]) for col in cells]  # headers whole
+    # headers whole, and no word cut: words split at plain spaces only, so a no-break space (a date and its
+    # time) keeps its cell on one line
+    floor = [max([len(col[0])] + [len(w) for c in col[1:] for w in c.split(" ")]) for col in cells]
     if fold_last and cols > 1:
         floor[-1] = min(floor[-1], max(len(headers[-1]), 16))
     widths = _shrink(natural, floor, width - len(GAP) * (cols - 1), cols - 1 if fold_last else None)
 
     def lines(row: list[str]) -> list[str]:
         wrapped = [[row[0]]] + [
-            (fold(row[i], widths[i]) if fold_last and i == cols - 1 else textwrap.wrap(row[i], widths[i])) or [""]
+            (fold(row[i], widths[i]) if fold_last and i == cols - 1 else _wrap(row[i], widths[i])) or [""]
             for i in range(1, cols)
         ]
         height = max(len(w) for w in wrapped)
@@ -53,6 +55,11 @@ def render(headers: list[str], rows: list[list[str]], width: int = 80, fold_last
 
     rule = GAP.join("-" * w for w in widths)
     return "\n".join([*lines(headers), rule, *(line for r in rows for line in lines(r))])
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Wrap at plain spaces, never after a hyphen inside a word (a date's "2026-12-")."""
+    return textwrap.wrap(text, width, break_on_hyphens=False)
 
 
 def fold(text: str, width: int) -> list[str]:

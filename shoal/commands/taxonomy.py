@@ -64,20 +64,18 @@ def fit_command(
         raise typer.BadParameter("tuning trains on this machine with the engine in-process; drop --url", param_hint="--tune")  # fmt: skip
 
     async def run(work: Path) -> FitReport:
-        if url:
-            from engine.client.http import AsyncClient
+        # on a terminal, a spinner for the whole fit and a bar per tuning run, on stderr: stdout is the report
+        with working(_doing(taxonomy, len(rows), folds, tune)) as bar:
+            if url:
+                from engine.client.http import AsyncClient
 
-            async with AsyncClient(url, api_key=api_key) as client:
-                result = await fit(t, ModelBackend(client, settings.batch_size), name, rows, folds)
-        else:
-            from rich.console import Console
-            from rich.progress import Progress
+                async with AsyncClient(url, api_key=api_key) as client:
+                    result = await fit(t, ModelBackend(client, settings.batch_size), name, rows, folds)
+            else:
+                from agent_tools.taxonomy_tune import local_tuner
+                from engine.client.retry import RetryPolicy
+                from engine.runtime import AsyncEngine
 
-            from agent_tools.taxonomy_tune import local_tuner
-            from engine.client.retry import RetryPolicy
-            from engine.runtime import AsyncEngine
-
-            with Progress(console=Console(stderr=True), transient=True) as bar:  # stdout: the report alone
                 tuner = local_tuner(encoder_of(name), work, bar) if tune else None
                 async with AsyncEngine(retry=RetryPolicy()) as engine:
                     result = await fit(t, ModelBackend(engine, settings.batch_size), name, rows, folds, tuner)
@@ -86,10 +84,32 @@ def fit_command(
         return result.report
 
     import tempfile
+    import time
 
+    from pipeline.cli_output import summary, working
+
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="shoal-tune-") as work:
         report = asyncio.run(run(Path(work)))
     typer.echo(json.dumps({"saved": str(target), "model": name, **report}, indent=1))
+    summary(_summary(target, report, time.perf_counter() - started))
+
+
+def _doing(taxonomy: Path, texts: int, folds: int, tune: bool) -> str:
+    tuning = ", tuning the model on this CPU (minutes)" if tune else ""
+    return f"fitting {taxonomy.name} to {texts} texts, {folds}-fold cross-validation{tuning}"
+
+
+def _summary(target: Path, report: FitReport, took: float) -> str:
+    """The fit in one line: what it was fitted on, its held-out accuracy, and where it was saved."""
+    top1 = report["cv_top1_leaf"]
+    zero = report["cv_top1_leaf_zero_shot"]
+    held = f"held-out top-1 {top1:.3f}" if top1 is not None else "no held-out figure (too few texts)"
+    if top1 is not None and zero is not None:
+        held += f" (zero-shot {zero:.3f})"
+    tuned = " with a tuned adapter" if report["tuned"] else ""
+    texts = report["labelled_texts"] + report["leaf_texts"]
+    return f"fitted on {texts} texts in {took:.0f} s: {held}; saved {target}{tuned}"
 
 
 def place_adapter(target: Path, result: FitResult) -> None:
