@@ -43,6 +43,7 @@ class _Unit:
     headings: tuple[str, ...]
     block: int
     tokens: int
+    sep: str = " "  # what joins it to the unit before it in its block: a list's or table's line break stays
 
 
 class Chunker:
@@ -75,24 +76,27 @@ class Chunker:
 
     def _units(self, doc: Document, ctx_tokens: dict[tuple[str, ...], int]) -> list[_Unit]:
         """Sentences with offsets and token counts; a sentence over the limit is split at token offsets."""
-        pieces: list[tuple[str, int, int, int]] = []  # text, start, end, block
+        pieces: list[tuple[str, int, int, int, str]] = []  # text, start, end, block, separator before it
         for bi, b in enumerate(doc.blocks):
-            pos = 0
+            pos, sep = 0, " "
             for m in [*SENTENCE_END.finditer(b.text), None]:
                 end = m.start() if m else len(b.text)
                 s = b.text[pos:end]
                 if s.strip():
                     lead = len(s) - len(s.lstrip())
                     s = s.strip()
-                    pieces.append((s, b.start + pos + lead, b.start + pos + lead + len(s), bi))
+                    pieces.append((s, b.start + pos + lead, b.start + pos + lead + len(s), bi, sep))
+                    sep = " "
+                if m is not None and "\n" in m.group(0):
+                    sep = "\n"
                 pos = m.end() if m else pos
         counts = self.count([p[0] for p in pieces])
         units: list[_Unit] = []
-        for (text, start, end, bi), n in zip(pieces, counts, strict=True):
+        for (text, start, end, bi, sep), n in zip(pieces, counts, strict=True):
             b = doc.blocks[bi]
             limit = self._limit(b.headings, ctx_tokens)
             if n <= limit:  # a piece the tokenizer drops entirely still counts one: a chunk stays bounded
-                units.append(_Unit(text, start, end, b.page, b.headings, bi, max(n, 1)))
+                units.append(_Unit(text, start, end, b.page, b.headings, bi, max(n, 1), sep))
                 continue
             offsets = self.tok.encode(text, add_special_tokens=False).offsets
             i = 0
@@ -158,7 +162,7 @@ class Chunker:
         """(text, embed text): sentences of a block joined by a space, blocks by a blank line; heading context."""
         parts = []
         for prev, u in zip([None, *units], units, strict=False):
-            parts.append("" if prev is None else " " if prev.block == u.block else "\n\n")
+            parts.append("" if prev is None else u.sep if prev.block == u.block else "\n\n")
             parts.append(u.text)
         text = "".join(parts)
         return text, self.context(units[0].headings) + text

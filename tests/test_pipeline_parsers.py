@@ -94,8 +94,7 @@ def test_html_visible_text_title_headings() -> None:
     assert doc.title == "T"
     assert [(b.text, b.headings) for b in doc.blocks] == [
         ("Hello bold & more", ("Top",)),
-        ("one", ("Top", "Sub")),
-        ("two", ("Top", "Sub")),
+        ("one\ntwo", ("Top", "Sub")),  # a list is one block, an item per line
     ]
 
 
