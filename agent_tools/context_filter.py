@@ -10,10 +10,13 @@ fixed `margin` on the model score and a `threshold` can be set as well. Then, be
 passages fit `token_budget` (and `max_passages`). Kept passages come back in document order. With
 `sentences`, each kept passage is pruned the same way at the sentence level (`sentence_mass`), always
 keeping its best sentence and any sentence that shares a rare query term, so the answering sentence stays.
+A long `text` with Markdown headings is scored passage by passage with the passage's heading path before
+it (as ingest embeds chunks), so a passage deep in a section is still found by the section's words.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from agent_tools.results import FilterResult, KeptPassage
 
 
+HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.M)
 KEEP_MASS = 0.8  # the smallest share that kept as many answers as any on examples/context_filter (0.75 lost one)
 
 
@@ -158,6 +162,23 @@ async def prune_sentences(scorer: Scorer, query: str, spans: list[Span], opts: F
     return out
 
 
+def heading_paths(text: str, spans: list[Span]) -> list[str]:
+    """Each span's Markdown heading path ("Stores > Qdrant Edge"), "" before the first heading (one pass)."""
+    heads = [(m.start(), len(m.group(1)), m.group(2).strip()) for m in HEADING.finditer(text)]
+    out: list[str] = []
+    stack: list[tuple[int, str]] = []
+    k = 0
+    for span in spans:  # spans are in text order
+        while k < len(heads) and heads[k][0] <= span.start:
+            _, level, name = heads[k]
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, name))
+            k += 1
+        out.append(" > ".join(name for _, name in stack))
+    return out
+
+
 async def filter_context(
     query: str,
     passages: list[str] | None,
@@ -181,7 +202,8 @@ async def filter_context(
             pos += len(p) + 2  # offsets in the passages joined by blank lines
     scorer = Scorer(backend, embed_model, opts.rerank_model)
     tokens = [count_tokens(s.text) for s in spans]
-    scores = await scorer(query, [s.text for s in spans])
+    paths = heading_paths(text, spans) if text is not None else [""] * len(spans)
+    scores = await scorer(query, [f"{h}\n\n{s.text}" if h else s.text for h, s in zip(paths, spans, strict=True)])
     rel = relevance(scores, bm25(query, [s.text for s in spans]), opts.lexical_weight)
     keep = select(scores, tokens, opts, rel)
     kept = [spans[i] for i in keep]

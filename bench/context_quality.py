@@ -8,6 +8,8 @@ of 0.1 on the cosine and 0.15 between sentences; the adaptive cut on the cosine 
 `sentences=true`, the answer sentence kept (the answer string survives pruning). The defaults were
 chosen on examples/context_filter; bench/data/context/ holds a technical set they were not chosen on, and
 bench/data/context_stdlib/ a second one, written after the defaults were set and measured once they were.
+bench/context_long.py adds long pages (bench/data/context_long/: 5,000+ tokens each, given as one text)
+beside plain cosine top-k at the same token budget.
 
     .venv/bin/python bench/context_quality.py
 """
@@ -68,9 +70,10 @@ async def evaluate(engine: Any, folder: Path, options: dict[str, Any]) -> dict[s
 
 async def run() -> dict[str, Any]:
     from bench import float32_settings
+    from bench.context_long import run_long
     from engine.runtime import AsyncEngine
 
-    methods = {
+    methods: dict[str, dict[str, Any]] = {
         "cosine, best passage": {"keep_mass": None, "max_passages": 1, "lexical_weight": 0.0},
         "former defaults": {"keep_mass": None, "margin": 0.1, "lexical_weight": 0.0, "sentence_margin": 0.15},
         "adaptive, cosine only": {"lexical_weight": 0.0},
@@ -81,11 +84,21 @@ async def run() -> dict[str, Any]:
         for name, folder in SETS.items():
             if (folder / "questions.jsonl").exists():
                 out[name] = {m: await evaluate(engine, folder, o) for m, o in methods.items()}
+        out["long pages"] = await run_long(engine)
     return out
+
+
+def report_long(rows: Any) -> None:
+    from bench.context_long import report_long as long_report
+
+    long_report(rows)
 
 
 def report(result: dict[str, Any]) -> None:
     for name, rows in result.items():
+        if name == "long pages":
+            report_long(rows)
+            continue
         print(name)
         for method, r in rows.items():
             print(

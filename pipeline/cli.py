@@ -82,7 +82,7 @@ async def _ingest_roots(
     worst = 0
     try:
         for root, cfg in jobs:
-            progress = RichProgress(quiet or as_json)
+            progress = RichProgress(quiet)  # on stderr: --json keeps stdout clean, the progress stays
             try:
                 s = await ingest_async(root, cfg, client=client, progress=progress)
             except ConfigError as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 
@@ -29,3 +30,4 @@ class Document:
     title: str | None = None
     pages: int = 0
     warnings: list[str] = field(default_factory=list)
+    stream: Iterator[Block] | None = None  # blocks still to be read (a streamed text); `blocks` holds none then

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from pipeline.document import Block, Document, ParseError
 from pipeline.htmltext import html_blocks
@@ -70,80 +71,88 @@ def _storable(doc: Document) -> Document:
     return doc
 
 
-def paragraphs(text: str, base: int = 0) -> list[tuple[str, int, int]]:
-    """Blank-line separated paragraphs with their (stripped) char offsets."""
-    out = []
-    for m in re.finditer(r"\S(?:.*?\S)?(?=\s*\n\s*\n|\s*\Z)", text, flags=re.S):
-        out.append((m.group(0), base + m.start(), base + m.end()))
-    return out
+PARAGRAPH = re.compile(r"\S(?:.*?\S)?(?=\s*\n\s*\n|\s*\Z)", flags=re.S)  # blank-line separated, stripped
 
 
 def parse_text(data: bytes, invalid_utf8: str) -> Document:
     text, warnings = decode_text(data, invalid_utf8)
-    blocks = [Block(t, s, e) for t, s, e in paragraphs(text)]
-    return Document("text", blocks, warnings=warnings)
+    return Document("text", [], warnings=warnings, stream=text_blocks(text))
+
+
+def text_blocks(text: str) -> Iterator[Block]:
+    """The paragraphs of a plain text as blocks, found as they are read (nothing held but the text)."""
+    for m in PARAGRAPH.finditer(text):
+        yield Block(m.group(0), m.start(), m.end())
 
 
 HEADING = re.compile(r"^(#{1,6})[ \t]+(.+)$")  # the closing #s are stripped in code: linear, no backtracking
 SETEXT = re.compile(r"^(=+|-+)[ \t]*$")
 FENCE = re.compile(r"^[ \t]*(```|~~~)")
+LINE_ENDS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # where str.splitlines breaks
+LINE = re.compile(f"[^{LINE_ENDS}]*(?:\r\n|[{LINE_ENDS}]|$)")
+
+
+def lines_of(text: str) -> Iterator[tuple[int, str]]:
+    """(offset, line with its end) as `splitlines(keepends=True)` gives them, one at a time."""
+    for m in LINE.finditer(text):
+        if m.group(0):
+            yield m.start(), m.group(0)
 
 
 def parse_markdown(data: bytes, invalid_utf8: str) -> Document:
     """Paragraphs and fenced code blocks under their heading path (ATX and setext headings)."""
     text, warnings = decode_text(data, invalid_utf8)
-    lines = text.splitlines(keepends=True)
-    starts = [0]
-    for ln in lines:
-        starts.append(starts[-1] + len(ln))
-    blocks: list[Block] = []
+    doc = Document("markdown", [], warnings=warnings)
+    doc.stream = markdown_blocks(text, doc)
+    return doc
+
+
+def markdown_blocks(text: str, doc: Document) -> Iterator[Block]:
+    """The blocks of a Markdown text as its lines are read; the first heading becomes `doc.title`."""
     stack: list[tuple[int, str]] = []
-    title: str | None = None
-    para: list[int] = []  # line indexes of the open paragraph
+    para: list[tuple[int, str]] = []  # (offset, line) of the open paragraph
     fence: str | None = None
 
-    def flush() -> None:
+    def flush() -> Iterator[Block]:
         if para:
-            s, e = starts[para[0]], starts[para[-1]] + len(lines[para[-1]].rstrip())
+            s, e = para[0][0], para[-1][0] + len(para[-1][1].rstrip())
             chunk = text[s:e].strip()
             if chunk:
                 lead = len(text[s:e]) - len(text[s:e].lstrip())
-                blocks.append(Block(chunk, s + lead, s + lead + len(chunk), None, tuple(h for _, h in stack)))
+                yield Block(chunk, s + lead, s + lead + len(chunk), None, tuple(h for _, h in stack))
             para.clear()
 
-    def heading(level: int, name: str) -> None:
-        nonlocal title
-        flush()
+    def heading(level: int, name: str) -> Iterator[Block]:
+        yield from flush()
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, name.strip()))
-        title = title or name.strip()
+        doc.title = doc.title or name.strip()
 
-    for i, line in enumerate(lines):
+    for at, line in lines_of(text):
         stripped = line.strip()
         if fence:
-            para.append(i)
+            para.append((at, line))
             if stripped.startswith(fence):
                 fence = None
-                flush()
+                yield from flush()
             continue
         if m := FENCE.match(line):
-            flush()
+            yield from flush()
             fence = m.group(1)
-            para.append(i)
+            para.append((at, line))
             continue
         if m := HEADING.match(stripped):
             rest = m.group(2)
-            heading(len(m.group(1)), rest.rstrip("#").rstrip(" \t") or rest[:1])
-        elif SETEXT.match(stripped) and len(para) == 1 and lines[para[0]].strip():
-            name = lines[para.pop()].strip()
-            heading(1 if stripped[0] == "=" else 2, name)
+            yield from heading(len(m.group(1)), rest.rstrip("#").rstrip(" \t") or rest[:1])
+        elif SETEXT.match(stripped) and len(para) == 1 and para[0][1].strip():
+            name = para.pop()[1].strip()
+            yield from heading(1 if stripped[0] == "=" else 2, name)
         elif not stripped:
-            flush()
+            yield from flush()
         else:
-            para.append(i)
-    flush()
-    return Document("markdown", blocks, title=title, warnings=warnings)
+            para.append((at, line))
+    yield from flush()
 
 
 def parse_html(data: bytes, invalid_utf8: str) -> Document:
@@ -170,12 +179,28 @@ PARSERS: dict[str, Callable[[bytes, str], Document]] = {
 
 def parse(data: bytes, name: str, invalid_utf8: str = "fail") -> Document:
     """Sniff and parse one file's bytes; raises ParseError with the reason when it cannot be ingested."""
+    doc = parse_stream(data, name, invalid_utf8)
+    if doc.stream is not None:
+        doc.blocks, doc.stream = list(doc.stream), None
+    return doc
+
+
+def parse_stream(data: bytes, name: str, invalid_utf8: str = "fail") -> Document:
+    """`parse`, but a text or Markdown document's blocks come as `doc.stream`, read as they are taken, so
+    a large file is held as its text alone (PDF and HTML blocks are parsed at once and listed)."""
     if not data.strip():
         raise ParseError("empty file" if not data else "empty file (whitespace only)")
     kind = sniff(data, name)
     if kind == "binary":
         raise ParseError("binary content (not a PDF, Markdown, HTML or text document)")
-    doc = _storable(PARSERS[kind](data, invalid_utf8))
+    doc = PARSERS[kind](data, invalid_utf8)
+    if doc.stream is not None:
+        first = next((b for b in doc.stream if b.text.strip()), None)  # the rest is read later
+        if first is None:
+            raise ParseError(f"no text found in the {kind} document")
+        doc.stream = itertools.chain([first], doc.stream)
+        return doc
+    doc = _storable(doc)
     if not any(b.text.strip() for b in doc.blocks):
         hint = " (scanned pages? no OCR step is configured)" if kind == "pdf" else ""
         raise ParseError(f"no text found in the {kind} document{hint}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
 from typing import Any
 
@@ -35,14 +36,36 @@ def _page_blocks(
             raw.append((pno, text, size))
 
 
+_OPEN_LOCK = threading.Lock()  # MuPDF's warning buffer is process-wide: one open reads its own warnings
+
+
+def damage(data: bytes, warnings: str) -> str:
+    """Why a PDF that MuPDF had to repair is damaged: a missing end marker first, then MuPDF's own words."""
+    lines = (w.strip().removeprefix("format error: ") for w in warnings.splitlines())
+    said = list(dict.fromkeys(w for w in lines if w and "repeated" not in w and "repair" not in w))
+    reasons = [] if b"%%EOF" in data[-1024:] else ["the file ends before its %%EOF marker"]
+    reasons += said[:3] or ["its cross-reference table is broken and had to be rebuilt"]
+    return "; ".join(reasons)
+
+
 def pdf_document(data: bytes) -> Document:
-    """Paragraph blocks per page with their heading path; encrypted or broken files raise ParseError."""
+    """Paragraph blocks per page with their heading path; encrypted or broken files raise ParseError.
+
+    A file MuPDF opens only by repairing it (a cut body, a missing or broken xref) is damaged: with no text
+    recovered it fails as "damaged PDF" with the reason, never as a text-less (scanned) one; with text
+    recovered it is ingested with a warning that names the damage.
+    """
     import pymupdf
 
-    try:  # pymupdf ships py.typed but leaves Document.__init__ and Page.get_text unannotated: ignored below
-        doc = pymupdf.open(stream=data, filetype="pdf")  # type: ignore[no-untyped-call]
-    except Exception as e:  # noqa: BLE001 - pymupdf raises several types for damaged files
-        raise ParseError(f"corrupted PDF: {e}") from e
+    with _OPEN_LOCK:
+        pymupdf.TOOLS.mupdf_warnings(reset=True)  # type: ignore[no-untyped-call]
+        try:  # pymupdf ships py.typed but leaves Document.__init__ and Page.get_text unannotated: ignored below
+            doc = pymupdf.open(stream=data, filetype="pdf")  # type: ignore[no-untyped-call]
+        except Exception as e:  # noqa: BLE001 - pymupdf raises several types for damaged files
+            hint = "" if b"%%EOF" in data[-1024:] else " (the file ends before its %%EOF marker: truncated?)"
+            raise ParseError(f"damaged PDF: it cannot be opened: {e}{hint}") from e
+        repaired = bool(doc.is_repaired) and not doc.needs_pass
+        why = damage(data, str(pymupdf.TOOLS.mupdf_warnings())) if repaired else ""  # type: ignore[no-untyped-call]
     raw: list[tuple[int, str, float]] = []  # (page, text, max font size) per text block
     sizes: Counter[float] = Counter()
     with doc:
@@ -56,9 +79,12 @@ def pdf_document(data: bytes) -> Document:
             toc = doc.get_toc(simple=True)
             title = (doc.metadata or {}).get("title") or None
         except Exception as e:  # noqa: BLE001
-            raise ParseError(f"corrupted PDF (page content unreadable): {e}") from e
+            raise ParseError(f"damaged PDF: page content unreadable: {e}") from e
         n_pages = doc.page_count
 
+    if repaired and not raw:
+        raise ParseError(f"damaged PDF (truncated or broken): {why}; no text could be recovered")
+    warnings = [f"damaged PDF repaired on reading ({why}): some text may be missing"] if repaired else []
     if not raw:
         return Document("pdf", [], title=title, pages=n_pages)
 
@@ -83,4 +109,4 @@ def pdf_document(data: bytes) -> Document:
             continue
         blocks.append(Block(text, pos, pos + len(text), pno, tuple(h for _, h in stack)))
         pos += len(text) + 2
-    return Document("pdf", blocks, title=title, pages=n_pages)
+    return Document("pdf", blocks, title=title, pages=n_pages, warnings=warnings)

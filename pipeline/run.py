@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -19,7 +20,7 @@ from engine.errors import ShoalError
 from pipeline.chunking import Chunk, Chunker
 from pipeline.config import ConfigError, PipelineConfig, load_config
 from pipeline.enrich import Enriched, Enricher, entity_tags
-from pipeline.parsers import Document, ParseError, parse
+from pipeline.parsers import Block, Document, ParseError, parse_stream
 from pipeline.roots import check_root, walk_root
 from pipeline.sources import SourceError, SourceFile, read_source
 from pipeline.state import manifest_for
@@ -35,7 +36,8 @@ class Progress(Protocol):
 
 
 class PartProgress(Protocol):
-    """A progress that also hears of each written piece of a large file (`window_chunks` chunks at a time)."""
+    """A progress that also hears of each written piece of a large file (`window_chunks` chunks at a time);
+    `total` is an estimate (from how far into the file the piece ends) until the file's last piece."""
 
     def file_part(self, rel: str, chunks: int, tokens: int, done: int, total: int) -> None: ...
 
@@ -197,18 +199,21 @@ class IngestRun:
                     self.progress.file_done(f.rel, "unchanged", 0, 0)
                 return None
             try:
-                doc, chunks = await asyncio.to_thread(self._parse_chunk, data, f, path)
+                doc = await asyncio.to_thread(parse_stream, data, f.path.name, self.cfg.source.invalid_utf8)
             except ParseError as e:
                 self._fail(f, digest, str(e))
                 return None
             except Exception as e:  # noqa: BLE001 - one bad document never stops the run
                 self._fail(f, digest, f"parser error: {type(e).__name__}: {e}")
                 return None
+        del data  # a streamed text holds its decoded text only; the file's bytes can go
         self.s.warnings += [FileIssue(path=f.rel, reason=w) for w in doc.warnings]
-        doc.blocks = []  # chunked: only the title, kind and pages are still needed
-        ids, window = [c.id for c in chunks], self.cfg.window_chunks
-        for at in range(0, len(chunks), window):  # a large file: enriched and written a window at a time
-            part = chunks[at : at + window]
+        blocks: Iterable[Block] = doc.stream if doc.stream is not None else doc.blocks
+        doc.blocks, doc.stream = [], None  # only the title, kind and pages are still needed
+        windows = self.chunker.windows(blocks, path, self.cfg.window_chunks)  # parsed and chunked as it goes
+        ids: list[str] = []
+        part = await self._next_window(windows, f, digest)
+        while part is not None:
             with self.clock.stage("embed"):
                 try:
                     columns = await self.enricher.enrich(part)
@@ -217,18 +222,30 @@ class IngestRun:
                     return None
             self.s.chunks_embedded += len(part)
             self.s.tokens_embedded += sum(c.n_tokens for c in part)
-            if at + window < len(chunks):
-                if path in self.failed:  # an earlier window's write failed
-                    return None
-                await self.queue.put(_Done(f, digest, doc, part, columns, None, len(chunks)))
+            ids += [c.id for c in part]
+            nxt = await self._next_window(windows, f, digest)
+            if path in self.failed:  # chunking failed on, or an earlier window's write failed
+                return None
+            if nxt is not None:
+                total = max(len(ids) + 1, round(len(ids) * f.size / max(part[-1].end, 1)))  # an estimate
+                await self.queue.put(_Done(f, digest, doc, part, columns, None, total))
+                part = nxt
                 continue
             self.s.pages += doc.pages
-            return _Done(f, digest, doc, part, columns, ids, len(chunks))
+            return _Done(f, digest, doc, part, columns, ids, len(ids))
         return None  # a document always has a chunk (parse refuses one without text)
 
-    def _parse_chunk(self, data: bytes, f: SourceFile, path: str) -> tuple[Document, list[Chunk]]:
-        doc = parse(data, f.path.name, self.cfg.source.invalid_utf8)
-        return doc, self.chunker.chunk(doc, path)
+    async def _next_window(self, windows: Iterator[list[Chunk]], f: SourceFile, digest: str) -> list[Chunk] | None:
+        """The next window of a document's chunks (parsed and chunked off the loop), None after the last;
+        a failure fails the file."""
+        with self.clock.stage("parse"):
+            try:
+                return await asyncio.to_thread(next, windows, None)
+            except ParseError as e:
+                self._fail(f, digest, str(e))
+            except Exception as e:  # noqa: BLE001 - one bad document never stops the run
+                self._fail(f, digest, f"parser error: {type(e).__name__}: {e}")
+        return None
 
     def _fail(self, f: SourceFile, digest: str | None, reason: str) -> None:
         if str(f.path) in self.failed:  # one failure per file, however many of its windows were in the batch

@@ -37,7 +37,7 @@ def make_bad_folder(root: Path) -> dict[str, str]:
             f.write(line)
     (root / "latin1.txt").write_bytes("Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e".encode("latin-1"))
     return {
-        "corrupted.pdf": "corrupted PDF",
+        "corrupted.pdf": "damaged PDF",
         "encrypted.pdf": "encrypted PDF",
         "empty.md": "empty file",
         "binary.txt": "binary content",

@@ -94,8 +94,7 @@ def test_html_visible_text_title_headings() -> None:
     assert doc.title == "T"
     assert [(b.text, b.headings) for b in doc.blocks] == [
         ("Hello bold & more", ("Top",)),
-        ("one", ("Top", "Sub")),
-        ("two", ("Top", "Sub")),
+        ("one\ntwo", ("Top", "Sub")),  # a list is one block, an item per line
     ]
 
 
@@ -117,7 +116,7 @@ def test_pdf_pages_and_headings_from_font_sizes_and_outline(tmp_path: Path) -> N
     [
         (b"", "empty file"),
         (b"   \n\n", "empty"),
-        (b"%PDF-1.7\n garbage that is not a pdf", "corrupted PDF"),
+        (b"%PDF-1.7\n garbage that is not a pdf", "damaged PDF"),
         (b"\x7fELF\x02\x01\x01\x00binary", "binary content"),
         (b"caf\xe9 au lait", "invalid UTF-8 at byte 3"),
     ],
