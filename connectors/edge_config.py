@@ -19,7 +19,7 @@ from typing import Literal
 
 import qdrant_edge as qe
 
-from connectors.base import CollectionSpec, StoreError
+from connectors.base import CollectionSpec, Layout, StoreError
 
 SEGMENT_POINTS = 131_072
 SEGMENTS = 8
@@ -48,6 +48,22 @@ def optimizers(dense_dim: int, rebuild: bool = False) -> qe.EdgeOptimizersConfig
         max_segment_size=SEGMENT_POINTS * kb,
         indexing_threshold=INDEXING_POINTS * kb,
     )
+
+
+def retuned(layout: Layout, rebuild: bool) -> qe.EdgeConfig:
+    """An existing shard's config with other optimiser thresholds: its vectors named as they are (what is
+    left unset, placement included, stays as stored)."""
+    dim = layout["dense"] or 1
+    vectors = {"dense": qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)}
+    if layout["colbert"]:
+        vectors["colbert"] = qe.EdgeVectorParams(
+            size=layout["colbert"], distance=qe.Distance.Cosine,
+            multivector_config=qe.MultiVectorConfig(comparator=qe.MultiVectorComparator.MaxSim),
+        )  # fmt: skip
+    sparse = {"lexical": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+    if layout["sparse"]:
+        sparse["sparse"] = qe.EdgeSparseVectorParams()
+    return qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse, optimizers=optimizers(dim, rebuild))
 
 
 def shard_config(spec: CollectionSpec, memory: MemoryMode) -> qe.EdgeConfig:

@@ -50,6 +50,7 @@ ID_REINDEX_MIN_ROWS = 4096  # rows written past the id index before a rebuild, a
 UNINDEXED_MAX_FRACTION = 0.10
 UNINDEXED_MAX_ROWS = 50_000  # an exact scan of 50,000 384-d rows takes a few ms
 SMALL_FRAGMENTS_MAX = 64  # fragments under FRAGMENT_ROWS before a compaction (a write batch makes one)
+FIRST_BUILD_FRAGMENTS = 8  # before a first index build, compaction has no index to remap: compact sooner
 DELETED_MAX_FRACTION = 0.10  # deleted rows (of the table, or of a fragment) before they are dropped
 FRAGMENT_ROWS = 131_072  # compaction's target: bigger fragments are left alone
 NO_COMPACTION: CompactionOptions = {"target_rows_per_fragment": 1, "materialize_deletions": False}
@@ -66,7 +67,8 @@ class LanceDBStore:
         self.path = Path(url.path or "./shoal-data").expanduser().resolve()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            self.db = lancedb.connect(str(self.path))
+            # every read sees the latest commit: other processes (shards of one ingest) write the same tables
+            self.db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
         except OSError as e:
             raise StoreError(f"cannot open {self.uri}: {e.strerror or e}", code="STORE_UNAVAILABLE") from None
         self._tables: dict[str, Table] = {}
@@ -108,7 +110,12 @@ class LanceDBStore:
                     code="SCHEMA_MISMATCH",
                 )
             return
-        self._tables[spec.name] = self.db.create_table(spec.name, schema=schema)
+        try:
+            self._tables[spec.name] = self.db.create_table(spec.name, schema=schema)
+        except (ValueError, OSError, RuntimeError):
+            if not self.has_collection(spec.name):  # not another writer (a shard) creating it at the same moment
+                raise
+            self.ensure_collection(spec)
 
     def upsert(self, collection: str, chunks: ChunkBatch | Sequence[ChunkRow]) -> int:
         """Write chunks by id: new ids are appended, ids already stored deleted and appended again.
@@ -272,10 +279,12 @@ class LanceDBStore:
         action = "none"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if rows and (rebuild or (changed and _fragmented(table, rows))):
-                compact_fragments(table)  # before any index is built: nothing to remap
-                action = "compacted"
             have = {tuple(ix.columns) for ix in table.list_indices()}
+            building = ("text",) not in have or (rows >= VECTOR_INDEX_MIN_ROWS and ("vector",) not in have)
+            limit = FIRST_BUILD_FRAGMENTS if building else SMALL_FRAGMENTS_MAX
+            if rows and (rebuild or ((changed or building) and _fragmented(table, rows, limit))):
+                compact_fragments(table)  # before an index is built: nothing to remap
+                action = "compacted"
             if self._create_missing(table, rows, have, rebuild):
                 action = "rebuilt" if rebuild else "built"
             elif changed and action == "none":
@@ -329,12 +338,12 @@ class LanceDBStore:
         return sorted(out, key=lambda s: s.name)
 
 
-def _fragmented(table: Table, rows: int) -> bool:
+def _fragmented(table: Table, rows: int, limit: int) -> bool:
     """Past the fragmentation threshold: many small fragments, or many deleted rows kept."""
     stats = table.stats()
     small = _stat(_stat(stats, "fragment_stats"), "num_small_fragments")
     deleted = _stat(stats, "num_deleted_rows")
-    return (isinstance(small, int) and small > SMALL_FRAGMENTS_MAX) or (
+    return (isinstance(small, int) and small > limit) or (
         isinstance(deleted, int) and deleted > DELETED_MAX_FRACTION * rows
     )
 

@@ -42,7 +42,7 @@ from connectors.base import (
     source_counts,
 )
 from connectors.chunks import ChunkBatch, ChunkRow, SparseInput, as_batch, payload_items
-from connectors.edge_config import memory_mode, optimizers, shard_config
+from connectors.edge_config import memory_mode, retuned, shard_config
 from connectors.edge_filters import Condition, combined, to_edge
 from connectors.edge_root import LAYOUT, EdgeRoot, open_root, release_root
 from connectors.filters import Filter
@@ -217,13 +217,13 @@ class QdrantEdgeStore:
         t0 = time.perf_counter()
         action = "none"
         if changed or rebuild:
-            dim = self._layout(collection)["dense"] or 1
+            layout = self._layout(collection)
             with self.root.mu:
                 if rebuild:
-                    self.root.reconfigure(collection, qe.EdgeConfig(optimizers=optimizers(dim, rebuild=True)))
+                    self.root.reconfigure(collection, retuned(layout, rebuild=True))
                 did = self.root.shard(collection).optimize()
                 if rebuild:
-                    self.root.reconfigure(collection, qe.EdgeConfig(optimizers=optimizers(dim)))
+                    self.root.reconfigure(collection, retuned(layout, rebuild=False))
                 self.root.shard(collection).flush()
             action = "rebuilt" if rebuild else ("incremental" if did else "none")
         return Maintenance(action, time.perf_counter() - t0, tuple(self.index_states(collection)))
@@ -234,7 +234,7 @@ class QdrantEdgeStore:
         info = self.root.shard(collection).info()
         per_point = 1 + (1 if layout["sparse"] else 0)  # sparse vectors (lexical, SPLADE) count as indexed
         dense = max(0, min(info.points_count, info.indexed_vectors_count - per_point * info.points_count))
-        kind = f"HNSW ({info.segments_count} segments, memory={self.memory})"
+        kind = f"HNSW ({info.segments_count} segments)"
         return [IndexState("dense", kind, dense, info.points_count - dense)]
 
 
