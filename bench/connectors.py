@@ -44,7 +44,16 @@ from connectors.filters import parse  # noqa: E402
 
 DIM = 384
 BATCH = 512  # the pipeline's default write_batch_rows
-ALL = ["lancedb", "qdrant-edge", "qdrant-edge-disk", "qdrant-local", "chroma-local", "chroma-http", "qdrant-server", "weaviate"]
+ALL = [
+    "lancedb",
+    "qdrant-edge",
+    "qdrant-edge-disk",
+    "qdrant-local",
+    "chroma-local",
+    "chroma-http",
+    "qdrant-server",
+    "weaviate",
+]
 FILTER = ["entity:organisation=Acme", "chunk_index<5"]  # one chunk in twelve
 REINGEST = (0.01, 0.05)  # fractions of the ids re-written after the build (a nightly re-ingest of edited files)
 

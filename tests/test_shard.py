@@ -85,3 +85,14 @@ def test_store_leases_per_shard(tmp_path: Path) -> None:
     finally:
         for m in (a, b, c):
             m.close()
+
+
+@pytest.mark.parametrize(("option", "env"), [("5/4", {}), ("0/0", {}), (None, {"SHOAL_SHARD": "x"})])
+def test_cli_refuses_a_bad_shard_before_anything_is_created(tmp_path: Path, option, env) -> None:
+    from tests.cli_support import assert_short_error, shoal
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nsome text\n")
+    args = ["ingest", "docs", "--db", "lancedb://./store"] + (["--shard", option] if option else [])
+    assert_short_error(shoal(*args, cwd=tmp_path, env=env), "INVALID_SHARD", 1)
+    assert not (tmp_path / "store").exists()
