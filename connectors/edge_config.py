@@ -40,13 +40,13 @@ def memory_mode(value: str | None) -> MemoryMode:
 def optimizers(dense_dim: int, rebuild: bool = False) -> qe.EdgeOptimizersConfig:
     """The thresholds above (in KB of dense vectors, as Qdrant counts them); `rebuild` makes every segment with a
     deleted point, and every mergeable small one, planned for rewriting and re-indexing."""
-    kb = max(1, dense_dim * 4 // 1024)
+    kb = dense_dim * 4 / 1024  # one dense float32 vector
     return qe.EdgeOptimizersConfig(
         deleted_threshold=0.0 if rebuild else DELETED_FRACTION,
         vacuum_min_vector_number=1 if rebuild else 1000,
         default_segment_number=1 if rebuild else SEGMENTS,
-        max_segment_size=SEGMENT_POINTS * kb,
-        indexing_threshold=INDEXING_POINTS * kb,
+        max_segment_size=max(1, int(SEGMENT_POINTS * kb)),
+        indexing_threshold=max(1, int(INDEXING_POINTS * kb)),
     )
 
 

@@ -230,7 +230,9 @@ class QdrantEdgeStore:
         return Maintenance(action, time.perf_counter() - t0, tuple(self.index_states(collection)))
 
     def index_states(self, collection: str) -> list[IndexState]:
-        """The dense HNSW's coverage: points in indexed segments, and those an exact scan answers for."""
+        """The dense HNSW's coverage as the shard counts it (indexed vectors, less one sparse vector per point;
+        deleted points still in a graph are counted until their segment is vacuumed), and the rest, which an
+        exact scan answers for."""
         layout = self._layout(collection)
         info = self.root.shard(collection).info()
         per_point = 1 + (1 if layout["sparse"] else 0)  # sparse vectors (lexical, SPLADE) count as indexed
