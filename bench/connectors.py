@@ -6,7 +6,8 @@ QDRANT_URL / WEAVIATE_URL is set) and every size asked for, a fresh child proces
 (384-d unit vectors, text from bench/data/passages.jsonl, metadata and entities) in pipeline-sized batches,
 builds the store's indexes (`finalize`: LanceDB FTS, scalar from 1k rows (its id index is built as it writes),
 IVF_SQ from 50k rows; Qdrant Edge's HNSW and segment merge), then times dense, hybrid and filtered searches
-(p50 / p99). It reports chunks/s of the writes alone and with the index build, the store's resident memory
+(p50 / p99), measures dense recall@10 against an exact (brute-force) search, and re-ingests 1% and 5% of the
+ids (new vectors and text) followed by `finalize`: the cost per re-written chunk against the fresh write's. It reports chunks/s of the writes alone and with the index build, the store's resident memory
 (peak RSS of the child, less the rows it holds; for chroma-http the server's peak too), the size on disk, and
 which vector index answered. Ratios: write cost per chunk at each size over the smallest size, the last
 quarter's write batches over the first quarter's (q4/q1: 1 when a write costs the same however large the
@@ -43,8 +44,18 @@ from connectors.filters import parse  # noqa: E402
 
 DIM = 384
 BATCH = 512  # the pipeline's default write_batch_rows
-ALL = ["lancedb", "qdrant-edge", "qdrant-local", "chroma-local", "chroma-http", "qdrant-server", "weaviate"]
+ALL = [
+    "lancedb",
+    "qdrant-edge",
+    "qdrant-edge-disk",
+    "qdrant-local",
+    "chroma-local",
+    "chroma-http",
+    "qdrant-server",
+    "weaviate",
+]
 FILTER = ["entity:organisation=Acme", "chunk_index<5"]  # one chunk in twelve
+REINGEST = (0.01, 0.05)  # fractions of the ids re-written after the build (a nightly re-ingest of edited files)
 
 
 def make_rows(n: int, seed: int = 0) -> list[dict]:
@@ -106,6 +117,8 @@ def open_backend(name: str, tmp: Path, servers: dict) -> tuple[VectorStore | Non
     local = {"lancedb": "lancedb", "qdrant-edge": "qdrant+edge", "chroma-local": "chroma+local"}
     if name in local:
         return open_store(f"{local[name]}://{tmp / name}"), tmp / name
+    if name == "qdrant-edge-disk":  # vectors and graph on disk, an int8 copy in RAM
+        return open_store(f"qdrant+edge://{tmp / name}?memory=disk"), tmp / name
     if name == "chroma-http":
         servers["chroma"] = ChromaServer(tmp / "chroma-server")
         return open_store(f"chroma://127.0.0.1:{servers['chroma'].port}/bench"), tmp / "chroma-server"
@@ -167,7 +180,7 @@ def run_one(name: str, n: int, queries: int, tmp: Path) -> dict | None:
             batch_s.append(time.perf_counter() - t)
         write_s = time.perf_counter() - t0
         t = time.perf_counter()
-        store.finalize(coll)
+        built = store.finalize(coll)
         index_s = time.perf_counter() - t
         assert store.count(coll) == len(rows)
         q = max(1, len(batch_s) // 4)
@@ -175,7 +188,7 @@ def run_one(name: str, n: int, queries: int, tmp: Path) -> dict | None:
             "chunks": n, "write_s": write_s, "index_s": index_s, "chunks_per_s": n / write_s,
             "chunks_per_s_with_index": n / (write_s + index_s), "us_per_chunk": 1e6 * (write_s + index_s) / n,
             "last_over_first_quarter": (sum(batch_s[-q:]) / q) / (sum(batch_s[:q]) / q),
-            "index": index_in_use(store, coll),
+            "index": index_in_use(store, coll), "maintenance": built.describe(),
         }  # fmt: skip
         rng = np.random.default_rng(1)
         picks = rng.choice(len(rows), size=min(queries, n), replace=False)
@@ -194,6 +207,8 @@ def run_one(name: str, n: int, queries: int, tmp: Path) -> dict | None:
                 wanted = mode != "filtered" or (i % 3 == 0 and i % 20 < 5)
                 top1 += wanted and bool(hits) and hits[0].id == rows[i]["id"]
             out[mode] = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "top1": top1 / len(picks)}
+        out["recall_at_10"] = recall_at_10(store, coll, rows, rng, min(queries, 100))
+        out["reingest"] = {f"{frac:.0%}": reingest(store, coll, rows, frac, out) for frac in REINGEST}
         out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base_rss
         if "chroma" in servers:
             out["server_rss_mib"] = servers["chroma"].peak_rss_mib()
@@ -204,6 +219,42 @@ def run_one(name: str, n: int, queries: int, tmp: Path) -> dict | None:
         store.close()
         for s in servers.values():
             s.stop()
+
+
+def recall_at_10(store: VectorStore, coll: str, rows: list[dict], rng: np.random.Generator, queries: int) -> float:
+    """Dense top-10 against exact (brute-force cosine) top-10 over the stored vectors, for noisy copies of rows."""
+    mat = np.stack([r["vector"] for r in rows])
+    found = 0
+    for i in rng.choice(len(rows), size=queries, replace=False):
+        q = rows[i]["vector"] + rng.normal(scale=0.05, size=DIM).astype(np.float32)
+        exact = {rows[j]["id"] for j in np.argsort(-(mat @ q))[:10]}
+        found += len(exact & {h.id for h in store.search(coll, SearchRequest(vector=q, mode="dense", top_k=10))})
+    return found / (10 * queries)
+
+
+def reingest(store: VectorStore, coll: str, rows: list[dict], frac: float, fresh: dict) -> dict:
+    """Re-write `frac` of the ids (new vectors and text, as an edited file's chunks) and finalize; cost per chunk
+    against the fresh write's, with and without its index build, measured in this run."""
+    rng = np.random.default_rng(int(frac * 1000))
+    picks = rng.choice(len(rows), size=max(1, int(frac * len(rows))), replace=False)
+    new = make_rows(len(rows), seed=int(frac * 1000) + 7)
+    batch = [dict(new[i], id=rows[i]["id"], source=rows[i]["source"]) for i in sorted(picks)]
+    t = time.perf_counter()
+    for i in range(0, len(batch), BATCH):
+        store.upsert(coll, batch[i : i + BATCH])
+    upsert_s = time.perf_counter() - t
+    t = time.perf_counter()
+    done = store.finalize(coll)
+    final_s = time.perf_counter() - t
+    assert store.count(coll) == len(rows)
+    per = 1e6 * (upsert_s + final_s) / len(batch)
+    write_only, with_index = 1e6 * fresh["write_s"] / len(rows), fresh["us_per_chunk"]
+    hit = store.search(coll, SearchRequest(vector=batch[0]["vector"], mode="dense", top_k=1))
+    return {
+        "chunks": len(batch), "upsert_s": upsert_s, "finalize_s": final_s, "us_per_chunk": per,
+        "vs_fresh_write": per / write_only, "vs_fresh_write_and_index": per / with_index,
+        "maintenance": done.describe(), "finds_rewritten": bool(hit) and hit[0].id == batch[0]["id"],
+    }  # fmt: skip
 
 
 def child(name: str, n: int, queries: int) -> dict | None:
@@ -280,6 +331,12 @@ def report(results: dict[str, dict[int, dict]], sizes: list[int], queries: int) 
         if base and edge and "error" not in base and "error" not in edge:
             print(f"at {n}: Qdrant Edge vs LanceDB: writes x{edge['chunks_per_s'] / base['chunks_per_s']:.2f}, "
                   f"hybrid p50 x{edge['hybrid']['p50_ms'] / base['hybrid']['p50_ms']:.2f}")  # fmt: skip
+    print("\nre-ingest: cost per re-written chunk (upserts + finalize) over the fresh write's (alone / with its index)")
+    for name, by_size in results.items():
+        for n, r in sorted(by_size.items()):
+            for frac, x in (r.get("reingest") or {}).items():
+                print(f"{name:16s} {n:>8d} {frac:>4s} {x['us_per_chunk']:8.0f} us  x{x['vs_fresh_write']:.2f} / "
+                      f"x{x['vs_fresh_write_and_index']:.2f}  recall@10 {r['recall_at_10']:.3f}  {x['maintenance'][:90]}")  # fmt: skip
     out = ROOT / f"bench/results/{os.environ.get('BENCH_OUT', 'connectors')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"dim": DIM, "queries": queries, "sizes": sizes, "filter": FILTER, "results": results}

@@ -111,6 +111,38 @@ class SourceCount:
     chunks: int
 
 
+@dataclass(frozen=True)
+class IndexState:
+    """One index of a collection after maintenance: the rows it covers and the rows searched past it."""
+
+    name: str  # the column or vector it indexes: "vector", "text", "id", "dense", ...
+    kind: str  # IVF_SQ, HNSW, FTS, BTREE, ..., or "exact scan" where no index answers
+    indexed: int
+    unindexed: int = 0  # rows written since its last refresh: an exact scan answers for them meanwhile
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """What `finalize` did and which indexes answer now.
+
+    action: "none" (nothing changed), "incremental" (new rows added to the indexes, or left to an exact scan
+    under the store's threshold), "compacted" (small files merged and the indexes remapped, past the
+    fragmentation threshold), "rebuilt" (every index trained again over the whole collection), or "store" (a
+    server indexes as it goes)."""
+
+    action: str
+    seconds: float = 0.0
+    indexes: tuple[IndexState, ...] = ()
+
+    def describe(self) -> str:
+        """One line for logs: the action and each index's coverage."""
+        parts = [
+            f"{i.name} {i.kind} over {i.indexed:,}" + (f" (+{i.unindexed:,} by exact scan)" if i.unindexed else "")
+            for i in self.indexes
+        ]
+        return f"{self.action} in {self.seconds:.2f} s" + (": " + "; ".join(parts) if parts else "")
+
+
 @runtime_checkable
 class StateTable(Protocol):
     """A small keyed document table kept inside the store (the manifest of stateless jobs lives here).
@@ -171,8 +203,10 @@ class VectorStore(Protocol):
     def rows(self, collection: str, fields: list[str] | None = None) -> list[Record]:
         """Every row with its id and the named fields (all metadata when None); for tests and exports."""
 
-    def finalize(self, collection: str, changed: bool = True) -> None:
-        """After a run: build or refresh indexes, compact small writes (a no-op where the store does it)."""
+    def finalize(self, collection: str, changed: bool = True, rebuild: bool = False) -> Maintenance:
+        """After a run: bring the indexes up to date at a cost that grows with what changed (new rows added to
+        them, small writes compacted past a threshold); `rebuild` trains every index again over the whole
+        collection. Returns what it did and which indexes answer (a no-op where the store indexes as it goes)."""
 
     def close(self) -> None:
         """Release connections and file locks."""

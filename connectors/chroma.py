@@ -31,6 +31,7 @@ from connectors.base import (
     Hit,
     JSONLike,
     JSONValue,
+    Maintenance,
     Record,
     SearchRequest,
     SourceCount,
@@ -235,8 +236,9 @@ class ChromaStore:
         metas = dict(zip(found["ids"], found["metadatas"] or [], strict=True))
         return [Hit(i, scores[i], docs[i], unflatten(metas.get(i) or {})) for i in order]
 
-    def finalize(self, collection: str, changed: bool = True) -> None:
-        """Chroma indexes as it goes; nothing to do after a run."""
+    def finalize(self, collection: str, changed: bool = True, rebuild: bool = False) -> Maintenance:
+        """Chroma indexes as it goes (HNSW built on write); nothing to do after a run."""
+        return Maintenance("store")
 
 
 @dataclass

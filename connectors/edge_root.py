@@ -66,6 +66,15 @@ class EdgeRoot:
             self.shards[name] = shard
             return shard
 
+    def reconfigure(self, name: str, config: qe.EdgeConfig) -> qe.EdgeShard:
+        """Reopen a collection's shard with new settings (what `config` leaves unset stays as stored)."""
+        with self.mu:
+            old = self.shards.pop(name, None)
+            if old is not None:
+                old.close()
+            self.shards[name] = _load(self.path / name, config)
+            return self.shards[name]
+
     def drop(self, name: str) -> bool:
         with self.mu:
             shard = self.shards.pop(name, None)
@@ -114,9 +123,9 @@ def _check_folder(path: Path) -> None:
         raise StoreError(f"{marker} is unreadable or of another format ({fmt!r}); expected {FORMAT}", "STORE_INVALID")
 
 
-def _load(folder: Path) -> qe.EdgeShard:
+def _load(folder: Path, config: qe.EdgeConfig | None = None) -> qe.EdgeShard:
     try:
-        return qe.EdgeShard.load(str(folder))
+        return qe.EdgeShard.load(str(folder), config)
     except Exception as e:  # noqa: BLE001 - the bindings raise a bare Exception for every load failure
         first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
         raise StoreError(f"cannot load the Qdrant Edge shard {folder}: {first}", code="STORE_CORRUPT") from None

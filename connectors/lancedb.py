@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -15,15 +16,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lancedb.db import DBConnection
 from lancedb.query import LanceVectorQueryBuilder
-from lancedb.table import Table
+from lancedb.table import CompactionOptions, Table
 
 from connectors.base import (
     STATE_PREFIX,
     Capabilities,
     CollectionSpec,
     Hit,
+    IndexState,
     JSONLike,
     JSONValue,
+    Maintenance,
     Record,
     SearchRequest,
     SourceCount,
@@ -43,6 +46,14 @@ VECTOR_INDEX_MIN_ROWS = 50_000  # below this exact (flat) search is fast and exa
 SCALAR_INDEXED = {"id": "btree", "source": "btree", "root": "bitmap", "entity_tags": "label_list"}
 ID_INDEX = "id_idx"  # the name LanceDB gives the id column's index
 ID_REINDEX_MIN_ROWS = 4096  # rows written past the id index before a rebuild, at the least
+# incremental maintenance (finalize): rows an exact scan answers for before they are added to the indexes
+UNINDEXED_MAX_FRACTION = 0.10
+UNINDEXED_MAX_ROWS = 50_000  # an exact scan of 50,000 384-d rows takes a few ms
+SMALL_FRAGMENTS_MAX = 64  # fragments under FRAGMENT_ROWS before a compaction (a write batch makes one)
+FIRST_BUILD_FRAGMENTS = 8  # before a first index build, compaction has no index to remap: compact sooner
+DELETED_MAX_FRACTION = 0.10  # deleted rows (of the table, or of a fragment) before they are dropped
+FRAGMENT_ROWS = 131_072  # compaction's target: bigger fragments are left alone
+NO_COMPACTION: CompactionOptions = {"target_rows_per_fragment": 1, "materialize_deletions": False}
 
 
 class LanceDBStore:
@@ -56,7 +67,8 @@ class LanceDBStore:
         self.path = Path(url.path or "./shoal-data").expanduser().resolve()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            self.db = lancedb.connect(str(self.path))
+            # every read sees the latest commit: other processes (shards of one ingest) write the same tables
+            self.db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
         except OSError as e:
             raise StoreError(f"cannot open {self.uri}: {e.strerror or e}", code="STORE_UNAVAILABLE") from None
         self._tables: dict[str, Table] = {}
@@ -98,32 +110,33 @@ class LanceDBStore:
                     code="SCHEMA_MISMATCH",
                 )
             return
-        self._tables[spec.name] = self.db.create_table(spec.name, schema=schema)
+        try:
+            self._tables[spec.name] = self.db.create_table(spec.name, schema=schema)
+        except (ValueError, OSError, RuntimeError):
+            if not self.has_collection(spec.name):  # not another writer (a shard) creating it at the same moment
+                raise
+            self.ensure_collection(spec)
 
     def upsert(self, collection: str, chunks: ChunkBatch | Sequence[ChunkRow]) -> int:
-        """Write chunks by id: new ids are appended, ids already stored replaced (`merge_insert` on id).
+        """Write chunks by id: new ids are appended, ids already stored deleted and appended again.
 
-        `merge_insert` joins the batch with every stored id, so a batch costs more the larger the table (the
-        last quarter of a 1M-chunk write cost 9x the first). Here the id index (a BTREE, rebuilt as the table
-        grows) says which of the batch's ids are stored; the new rows are appended and only the stored ones
-        go through `merge_insert`. A retry, or a re-ingest, finds its ids stored and replaces them: no chunk is
-        ever written twice. The check and the append are two steps, so one writer per table at a time (the
-        ingest's manifest lock sees to it)."""
+        The id index (a BTREE, rebuilt as the table grows) says which of the batch's ids are stored. A
+        `merge_insert` on id joins the batch with every stored id (the last quarter of a 1M-chunk write cost 9x
+        the first; a re-write of 5% of 100,000 chunks cost 3x a fresh write per chunk); a delete of the stored
+        ids through the index and an append cost what a fresh write costs. A retry, or a re-ingest, finds its
+        ids stored and replaces them: no chunk is ever written twice. A crash between the delete and the
+        append leaves the batch's ids pending in the manifest, so the next run writes those files again. The
+        check and the write are steps apart, so one writer per id at a time (the ingest's lease sees to it)."""
         batch = as_batch(chunks)
         if not len(batch):
             return 0
         table = self._table(collection)
         data = _last_per_id(arrow_batch(batch, table.schema))
         stored = self._stored_ids(table, data.column("id").to_pylist())
-        if not stored:
-            table.add(data)
-        elif len(stored) == data.num_rows:
-            table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
-        else:
-            is_stored = pc.is_in(data.column("id"), value_set=pa.array(sorted(stored), pa.string()))
-            table.add(data.filter(pc.invert(is_stored)))
-            old = data.filter(is_stored)
-            table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(old)
+        for i in range(0, len(stored), 1000):
+            part = sorted(stored)[i : i + 1000]
+            table.delete("id IN (" + ", ".join(quote(x) for x in part) + ")")
+        table.add(data)
         return len(batch)
 
     def _stored_ids(self, table: Table, ids: list[str]) -> set[str]:
@@ -251,35 +264,100 @@ class LanceDBStore:
 
     # -- maintenance ---------------------------------------------------------------------------------
 
-    def finalize(self, collection: str, changed: bool = True) -> None:
+    def finalize(self, collection: str, changed: bool = True, rebuild: bool = False) -> Maintenance:
+        """Build the indexes a table lacks; after that, keep them up to date at a cost that grows with the change.
+
+        Rows written since an index was built are searched by an exact scan next to it (LanceDB merges both), so
+        a small change needs no index work at all. Past `UNINDEXED_MAX_FRACTION` of the table (or
+        `UNINDEXED_MAX_ROWS`) the new rows are added to the existing indexes (LanceDB's `optimize`: no
+        retraining). Small fragments are compacted, and deleted rows dropped, only past `SMALL_FRAGMENTS_MAX`
+        or `DELETED_MAX_FRACTION`, and then only the small fragments and those with many deletions are
+        rewritten (fragments of `FRAGMENT_ROWS`). `rebuild` trains every index again over the whole table."""
+        t0 = time.perf_counter()
+        table = self._table(collection)
+        rows = table.count_rows()
+        action = "none"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            have = {tuple(ix.columns) for ix in table.list_indices()}
+            building = ("text",) not in have or (rows >= VECTOR_INDEX_MIN_ROWS and ("vector",) not in have)
+            limit = FIRST_BUILD_FRAGMENTS if building else SMALL_FRAGMENTS_MAX
+            if rows and (rebuild or ((changed or building) and _fragmented(table, rows, limit))):
+                compact_fragments(table)  # before an index is built: nothing to remap
+                action = "compacted"
+            if self._create_missing(table, rows, have, rebuild):
+                action = "rebuilt" if rebuild else "built"
+            elif changed and action == "none":
+                action = self._refresh(table, rows)
+        return Maintenance(action, time.perf_counter() - t0, tuple(self.index_states(collection)))
+
+    def _create_missing(self, table: Table, rows: int, have: set[tuple[str, ...]], rebuild: bool) -> bool:
+        """Create every index the table is big enough for and lacks (all of them when `rebuild`)."""
         from lancedb.index import FTS, BTree, IvfSq, LabelList
         from lancedb.index import Bitmap as BitmapIdx
 
-        table = self._table(collection)
-        rows = table.count_rows()
-        have = {tuple(ix.columns) for ix in table.list_indices()}
-        version = table.version
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if rows and ("text",) not in have:
-                table.create_index("text", config=FTS(), replace=True)
-            if rows >= SCALAR_INDEX_MIN_ROWS:
-                kinds: dict[str, type[BTree | BitmapIdx | LabelList]] = {
-                    "btree": BTree,
-                    "bitmap": BitmapIdx,
-                    "label_list": LabelList,
-                }
-                for col, kind in SCALAR_INDEXED.items():
-                    if (col,) not in have and col in table.schema.names:
-                        table.create_index(col, config=kinds[kind](), replace=True)
-            if rows >= VECTOR_INDEX_MIN_ROWS and ("vector",) not in have:
-                # IVF with 8-bit scalar quantisation: at 100,000 rows of 384 dims it builds in seconds where IVF-PQ's
-                # codebook training took minutes, and it keeps 0.90 recall@10 where IVF-PQ kept 0.18 on the same
-                # (random, worst-case) vectors; its cost per row stays flat as the table grows
-                cfg = IvfSq(distance_type="cosine", num_partitions=max(1, rows // 4096))
-                table.create_index("vector", config=cfg, replace=True)
-            if changed or table.version != version:
-                table.optimize(cleanup_older_than=timedelta(hours=1))
+        made = False
+        if rows and (rebuild or ("text",) not in have):
+            table.create_index("text", config=FTS(), replace=True)
+            made = True
+        if rows >= SCALAR_INDEX_MIN_ROWS:
+            kinds: dict[str, type[BTree | BitmapIdx | LabelList]] = {"btree": BTree, "bitmap": BitmapIdx, "label_list": LabelList}  # fmt: skip
+            for col, kind in SCALAR_INDEXED.items():
+                if (rebuild or (col,) not in have) and col in table.schema.names:
+                    table.create_index(col, config=kinds[kind](), replace=True)
+                    made = True
+        if rows >= VECTOR_INDEX_MIN_ROWS and (rebuild or ("vector",) not in have):
+            # IVF with 8-bit scalar quantisation: at 100,000 rows of 384 dims it builds in seconds where IVF-PQ's
+            # codebook training took minutes, and it keeps 0.90 recall@10 where IVF-PQ kept 0.18 on the same
+            # (random, worst-case) vectors; its cost per row stays flat as the table grows
+            cfg = IvfSq(distance_type="cosine", num_partitions=max(1, rows // 4096))
+            table.create_index("vector", config=cfg, replace=True)
+            made = True
+        return made
+
+    def _refresh(self, table: Table, rows: int) -> str:
+        """After a change: add the new rows to the indexes past the unindexed threshold, else leave them to the
+        exact scan."""
+        unindexed = max((s.unindexed for s in self._states(table) if s.indexed), default=0)
+        if unindexed > min(UNINDEXED_MAX_ROWS, UNINDEXED_MAX_FRACTION * rows):
+            table.optimize(cleanup_older_than=timedelta(hours=1), compaction_options=NO_COMPACTION)
+        return "incremental"
+
+    def index_states(self, collection: str) -> list[IndexState]:
+        """Each index of the table: its kind, the rows it covers and the rows an exact scan answers for."""
+        return self._states(self._table(collection))
+
+    def _states(self, table: Table) -> list[IndexState]:
+        out = []
+        for ix in table.list_indices():
+            st = table.index_stats(ix.name)
+            if st is not None:
+                out.append(IndexState(ix.columns[0], str(st.index_type), st.num_indexed_rows, st.num_unindexed_rows))
+        if not any(s.name == "vector" for s in out):
+            out.append(IndexState("vector", "exact scan", 0, table.count_rows()))
+        return sorted(out, key=lambda s: s.name)
+
+
+def _fragmented(table: Table, rows: int, limit: int) -> bool:
+    """Past the fragmentation threshold: many small fragments, or many deleted rows kept."""
+    stats = table.stats()
+    small = _stat(_stat(stats, "fragment_stats"), "num_small_fragments")
+    deleted = _stat(stats, "num_deleted_rows")
+    return (isinstance(small, int) and small > limit) or (
+        isinstance(deleted, int) and deleted > DELETED_MAX_FRACTION * rows
+    )
+
+
+def _stat(stats: object, key: str) -> object:
+    """A field of `Table.stats()`: typed as dataclasses, given back as dicts by this LanceDB."""
+    return stats.get(key) if isinstance(stats, dict) else getattr(stats, key, None)
+
+
+def compact_fragments(table: Table) -> None:
+    """Merge small fragments and drop deleted rows, rewriting only the fragments that need it; the indexes are
+    remapped and the new rows added to them (no retraining)."""
+    opts: CompactionOptions = {"target_rows_per_fragment": FRAGMENT_ROWS, "materialize_deletions_threshold": DELETED_MAX_FRACTION}  # fmt: skip
+    table.optimize(cleanup_older_than=timedelta(hours=1), compaction_options=opts)
 
 
 def _reindex_after(rows: int) -> int:

@@ -29,6 +29,7 @@ from connectors.base import (
     Hit,
     JSONLike,
     Layout,
+    Maintenance,
     Record,
     SearchRequest,
     SourceCount,
@@ -252,8 +253,9 @@ class QdrantStore:
             )
         return hits
 
-    def finalize(self, collection: str, changed: bool = True) -> None:
+    def finalize(self, collection: str, changed: bool = True, rebuild: bool = False) -> Maintenance:
         """Qdrant indexes as it goes (HNSW, payload indexes); nothing to do after a run."""
+        return Maintenance("store")
 
 
 def _points(batch: ChunkBatch, lo: int, hi: int, layout: Layout) -> models.Batch:

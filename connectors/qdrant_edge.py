@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import cast
@@ -26,8 +27,10 @@ from connectors.base import (
     Capabilities,
     CollectionSpec,
     Hit,
+    IndexState,
     JSONLike,
     Layout,
+    Maintenance,
     Record,
     SearchRequest,
     SourceCount,
@@ -39,6 +42,7 @@ from connectors.base import (
     source_counts,
 )
 from connectors.chunks import ChunkBatch, ChunkRow, SparseInput, as_batch, payload_items
+from connectors.edge_config import memory_mode, retuned, shard_config
 from connectors.edge_filters import Condition, combined, to_edge
 from connectors.edge_root import LAYOUT, EdgeRoot, open_root, release_root
 from connectors.filters import Filter
@@ -62,6 +66,7 @@ class QdrantEdgeStore:
         url = parse_url(url) if isinstance(url, str) else url
         self.uri, self.url = url.uri, url
         self.path = Path(url.path or "./shoal-data").expanduser().resolve()
+        self.memory = memory_mode(url.params.get("memory"))
         self.root = open_root(self.path)
         self._closed = False
         self._layouts: dict[str, Layout] = {}
@@ -107,17 +112,7 @@ class QdrantEdgeStore:
                     code="SCHEMA_MISMATCH",
                 )
             return
-        vectors = {"dense": qe.EdgeVectorParams(size=spec.dense_dim, distance=qe.Distance.Cosine)}
-        if spec.multivector_dim:
-            vectors["colbert"] = qe.EdgeVectorParams(
-                size=spec.multivector_dim, distance=qe.Distance.Cosine,
-                multivector_config=qe.MultiVectorConfig(comparator=qe.MultiVectorComparator.MaxSim),
-                hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10000),
-            )  # fmt: skip
-        sparse = {"lexical": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
-        if spec.sparse:
-            sparse["sparse"] = qe.EdgeSparseVectorParams()
-        shard = self.root.create(spec.name, qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse), want)
+        shard = self.root.create(spec.name, shard_config(spec, self.memory), want)
         for key in KEYWORD_INDEXES:
             keyword = qe.KeywordIndexParams(enable_hnsw=key in GRAPH_FIELDS)
             shard.update(qe.UpdateOperation.create_field_index(key, keyword))
@@ -214,13 +209,36 @@ class QdrantEdgeStore:
         fused = qe.QueryRequest(with_payload=True, limit=k, prefetches=prefetch, query=rrf, filter=flt)
         return _query(shard, fused)
 
-    def finalize(self, collection: str, changed: bool = True) -> None:
-        """Build the HNSW graph and merge small segments now (the optimizer would otherwise do it on later writes)."""
-        if changed:
-            shard = self.root.shard(collection)
+    def finalize(self, collection: str, changed: bool = True, rebuild: bool = False) -> Maintenance:
+        """Run the optimiser as its thresholds plan (connectors/edge_config.py): index a new segment once it is
+        large enough, merge small segments, drop deleted points past the threshold; each step is bounded by a
+        segment's size, not the collection's. `rebuild` plans every segment with a deleted point, and merges
+        the small ones, then goes back to the usual thresholds."""
+        t0 = time.perf_counter()
+        action = "none"
+        if changed or rebuild:
+            layout = self._layout(collection)
             with self.root.mu:
-                shard.optimize()
-                shard.flush()
+                if rebuild:
+                    self.root.reconfigure(collection, retuned(layout, rebuild=True))
+                did = self.root.shard(collection).optimize()
+                if rebuild:
+                    self.root.reconfigure(collection, retuned(layout, rebuild=False))
+                if did:  # writes are in the WAL already; a flush of every segment costs ~1 s however little changed
+                    self.root.shard(collection).flush()
+            action = "rebuilt" if rebuild else ("incremental" if did else "none")
+        return Maintenance(action, time.perf_counter() - t0, tuple(self.index_states(collection)))
+
+    def index_states(self, collection: str) -> list[IndexState]:
+        """The dense HNSW's coverage as the shard counts it (indexed vectors, less one sparse vector per point;
+        deleted points still in a graph are counted until their segment is vacuumed), and the rest, which an
+        exact scan answers for."""
+        layout = self._layout(collection)
+        info = self.root.shard(collection).info()
+        per_point = 1 + (1 if layout["sparse"] else 0)  # sparse vectors (lexical, SPLADE) count as indexed
+        dense = max(0, min(info.points_count, info.indexed_vectors_count - per_point * info.points_count))
+        kind = f"HNSW ({info.segments_count} segments)"
+        return [IndexState("dense", kind, dense, info.points_count - dense)]
 
 
 def _write(shard: qe.EdgeShard, op: qe.UpdateOperation) -> None:

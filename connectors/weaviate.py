@@ -33,6 +33,7 @@ from connectors.base import (
     Hit,
     JSONLike,
     JSONValue,
+    Maintenance,
     Record,
     SearchRequest,
     SourceCount,
@@ -219,8 +220,9 @@ class WeaviateStore:
         ranked = [[_hit(o, 0.0) for o in dense.objects], [_hit(o, 0.0) for o in words.objects]]
         return rrf_fuse(ranked, k)
 
-    def finalize(self, collection: str, changed: bool = True) -> None:
+    def finalize(self, collection: str, changed: bool = True, rebuild: bool = False) -> Maintenance:
         """Weaviate indexes as it goes; nothing to do after a run."""
+        return Maintenance("store")
 
 
 def _prop(field: str) -> str:

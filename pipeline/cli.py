@@ -8,6 +8,7 @@ one or two lines with their exit code (1; 2 when a server or store cannot be rea
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -39,6 +40,20 @@ StateOpt = Annotated[
     ),
 ]  # fmt: skip
 UrlOpt = Annotated[str | None, typer.Option("--url", help="send tasks to a shoal server instead of in-process")]
+ShardOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--shard", help="I/N: take shard I (from 0) of N of the files, by path hash, beside N-1 other writers; "
+        "default: SHOAL_SHARD, or JOB_COMPLETION_INDEX of SHOAL_SHARD_COUNT (a Kubernetes Indexed Job)",
+    ),
+]  # fmt: skip
+RebuildOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rebuild-indexes", help="train the store's indexes again over the whole collection (default: add what "
+        "changed to them, compact past a threshold)",
+    ),
+]  # fmt: skip
 SearchUrlOpt = Annotated[
     str | None,
     typer.Option(
@@ -68,8 +83,9 @@ def _config(
 
 
 async def _ingest_roots(
-    jobs: list[tuple[Path, PipelineConfig]], quiet: bool, as_json: bool, recorded: bool = False
-) -> int:
+    jobs: list[tuple[Path, PipelineConfig]], quiet: bool, as_json: bool, recorded: bool = False,
+    shard: str | None = None, rebuild: bool = False,
+) -> int:  # fmt: skip
     """Run ingest over (root, config) pairs with one client; returns the worst exit code. A `recorded` root
     (reindex) that is gone is reported and the others still run."""
     import sys
@@ -77,14 +93,18 @@ async def _ingest_roots(
     from pipeline.cli_output import RichProgress, print_summary
     from pipeline.config import ConfigError
     from pipeline.run import ingest_async, open_client
+    from pipeline.shard import shard_from
 
+    share = shard_from(shard, os.environ)  # a bad --shard fails before a model or store is opened
     client = open_client(jobs[0][1])
     worst = 0
     try:
         for root, cfg in jobs:
             progress = RichProgress(quiet)  # on stderr: --json keeps stdout clean, the progress stays
             try:
-                s = await ingest_async(root, cfg, client=client, progress=progress)
+                s = await ingest_async(
+                    root, cfg, client=client, progress=progress, shard=share, rebuild_indexes=rebuild
+                )
             except ConfigError as e:
                 if e.code not in ("PATH_NOT_FOUND", "INVALID_PATH") or not recorded:
                     raise
@@ -121,6 +141,8 @@ def ingest_command(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    shard: ShardOpt = None,
+    rebuild_indexes: RebuildOpt = False,
 ) -> None:
     """Ingest a folder (or one file) into a vector store: parse, chunk, enrich, write; unchanged files are skipped.
 
@@ -134,7 +156,8 @@ def ingest_command(
 
     root = check_root(path)  # before anything is opened, created or recorded
     cfg = _config(config, db, collection, url, state, include, exclude)
-    raise typer.Exit(asyncio.run(_ingest_roots([(root, cfg)], quiet, as_json)))
+    run = _ingest_roots([(root, cfg)], quiet, as_json, shard=shard, rebuild=rebuild_indexes)
+    raise typer.Exit(asyncio.run(run))
 
 
 def search_command(
@@ -281,6 +304,8 @@ def reindex_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print each summary as JSON")] = False,
     state: StateOpt = None,
+    shard: ShardOpt = None,
+    rebuild_indexes: RebuildOpt = False,
 ) -> None:
     """Re-run ingest over every root recorded in the store's manifest (for cron); --watch follows changes.
 
@@ -302,7 +327,7 @@ def reindex_command(
         raise ConfigError(f"nothing recorded in {uri}: run `shoal ingest PATH` first", code="NOTHING_RECORDED")
     jobs = [(Path(r), PipelineConfig.model_validate({**c, "db": uri, "state": state})) for _, r, c in roots]
     if not watch:
-        raise typer.Exit(asyncio.run(_ingest_roots(jobs, quiet, as_json, recorded=True)))
+        raise typer.Exit(asyncio.run(_ingest_roots(jobs, quiet, as_json, True, shard, rebuild_indexes)))
     from watchfiles import watch as watch_changes
 
     from pipeline.cli_output import console
@@ -311,11 +336,11 @@ def reindex_command(
     first = True
     for changes in watch_changes(*[r for r, _ in jobs], debounce=1000, yield_on_timeout=True, rust_timeout=500):
         if first:
-            asyncio.run(_ingest_roots(jobs, quiet, as_json, recorded=True))
+            asyncio.run(_ingest_roots(jobs, quiet, as_json, True, shard, rebuild_indexes))
             console.print(f"watching {len(jobs)} folder(s); Ctrl-C to stop")
             first = False
             continue
         touched = {Path(p) for _, p in changes}
         todo = [(r, c) for r, c in jobs if any(r == t or r in t.parents for t in touched)]
         if todo:
-            asyncio.run(_ingest_roots(todo, quiet, as_json, recorded=True))
+            asyncio.run(_ingest_roots(todo, quiet, as_json, True, shard))

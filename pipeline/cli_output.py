@@ -137,6 +137,8 @@ def print_summary(s: IngestSummary) -> None:
     for k, v in rows:
         t.add_row(k, str(v))
     out.print(t)
+    if s.indexes:
+        out.print(escape(f"indexes ({s.shard and f'shard {s.shard}, ' or ''}{s.indexes})"))
     problems = [("failed", f) for f in s.files_failed] + [("walk error", f) for f in s.walk_errors]
     problems += [("not followed", f) for f in s.files_refused] + [("warning", f) for f in s.warnings]
     if problems:

@@ -11,11 +11,15 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypedDict
 
 from pydantic import JsonValue
+
+from pipeline.shard import Shard
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sources (
@@ -37,6 +41,27 @@ CREATE TABLE IF NOT EXISTS runs (
 
 Config = dict[str, JsonValue]  # a run's pipeline config or summary as JSON (PipelineConfig.model_dump)
 SQLValue = str | int | float | bytes | None  # what a statement binds
+
+
+def _unheld(path: Path) -> bool:
+    """No process holds a lock on this file (checked by taking and dropping an exclusive one)."""
+    probe: list[IO[str]] = []
+    free = _flock(probe, path, exclusive=True)
+    for f in probe:
+        f.close()
+    return free
+
+
+def _flock(held: list[IO[str]], path: Path, exclusive: bool) -> bool:
+    """Take a lock on a file without waiting; appended to `held` when taken."""
+    f = open(path, "w")  # noqa: SIM115 - held for the run
+    try:
+        fcntl.flock(f, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        return False
+    held.append(f)
+    return True
 
 
 class CommitItem(TypedDict):
@@ -87,6 +112,12 @@ class SourceRecord:
 class StoreLocked(Exception):
     code = "STORE_LOCKED"
 
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+
 
 class Manifest:
     """One SQLite file; every method is a short transaction, safe to call from worker threads."""
@@ -99,28 +130,64 @@ class Manifest:
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
         self._mu = threading.Lock()
-        self._lock_file: IO[str] | None = None
+        self._lock_files: list[IO[str]] = []
 
     def close(self) -> None:
         self.unlock()
         self.db.close()
 
-    # -- run lock: one ingest per store at a time (released by the OS if the process dies) ----------
+    # -- run lock: one ingest per store, or one per shard, at a time (released by the OS if the process dies) --
 
-    def lock(self) -> None:
-        f = open(self.path.with_suffix(".lock"), "w")  # noqa: SIM115 - held for the run
+    def lock(self, shard: Shard | None = None) -> None:
+        """Hold the store for this run: alone, or (with a shard) beside the other shards of the same count.
+
+        `manifest.lock` is held exclusively by an unsharded run and shared by sharded ones; a sharded run also
+        holds its count's file shared and its own shard's file exclusively, and refuses to start while a run
+        of another count holds its count's file (the two splits would overlap)."""
+        held: list[IO[str]] = []
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            raise StoreLocked(f"another ingest is writing to this store ({self.path.parent})") from None
-        self._lock_file = f
+            if not _flock(held, self.path.with_suffix(".lock"), exclusive=shard is None):
+                what = "another ingest is writing to this store" if shard is None else "an ingest of every shard is writing"  # fmt: skip
+                raise StoreLocked(f"{what} ({self.path.parent})")
+            if shard is not None:
+                self._lock_shard(held, shard)
+        except BaseException:
+            for f in held:
+                f.close()
+            raise
+        self._lock_files = held
+
+    def _lock_shard(self, held: list[IO[str]], shard: Shard) -> None:
+        stem = self.path.with_suffix("")
+        mine = Path(f"{stem}.shards-{shard.count}.lock")
+        if not _flock(held, mine, exclusive=False):
+            raise StoreLocked(f"shards of {shard.count} are being re-balanced ({self.path.parent})")
+        for other in sorted(stem.parent.glob(f"{stem.name}.shards-*.lock")):
+            if other != mine and not _unheld(other):
+                raise StoreLocked(
+                    f"shards of {other.name.split('-')[-1].split('.')[0]} are still writing to {self.path.parent}; "
+                    f"finish that run (or use its count) before running shards of {shard.count}",
+                    code="SHARD_COUNT_CHANGED",
+                )
+        own = Path(f"{stem}.shard-{shard.index}-of-{shard.count}.lock")
+        if not _flock(held, own, exclusive=True):
+            raise StoreLocked(f"shard {shard} is already being written by another ingest ({self.path.parent})")
 
     def unlock(self) -> None:
-        if self._lock_file is not None:
-            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-            self._lock_file.close()
-            self._lock_file = None
+        for f in reversed(self._lock_files):
+            fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
+        self._lock_files = []
+
+    @contextmanager
+    def maintenance(self) -> Iterator[None]:
+        """One index maintenance at a time across the shards of a store (waits for the one running)."""
+        with open(self.path.with_suffix(".maintenance.lock"), "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def _tx(self, statements: list[tuple[str, tuple[SQLValue, ...]]]) -> None:
         with self._mu:

@@ -12,9 +12,12 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from connectors.base import JSONValue, Record, StateTable
 from pipeline.manifest import CommitItem, Config, RunRow, SourceRecord, SourceRow, StoreLocked
+from pipeline.shard import Shard
 
 LEASE_S = 30.0
 KEEP_RUNS = 20
@@ -63,29 +66,44 @@ class StoreManifest:
         self._mu = threading.RLock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        self._key: str = LOCK_KEY
+        self._shards: int | None = None
 
     # -- lease: one ingest per store at a time ------------------------------------------------------
 
-    def lock(self) -> None:
+    def lock(self, shard: Shard | None = None) -> None:
+        """Take the lease: the store's (`lock`) for an unsharded run, or its shard's (`lock:N:I`), refused while
+        an unexpired lease of another run conflicts (the same key, any key against an unsharded run, or shards
+        of another count)."""
+        key = LOCK_KEY if shard is None else f"{LOCK_KEY}:{shard.count}:{shard.index}"
         with self._mu:
-            held = self.table.get([LOCK_KEY]).get(LOCK_KEY)
             now = time.time()
-            expires = (_number(held, "expires") or 0.0) if held else 0.0
-            if held and held.get("owner") != self.owner and expires > now:
-                raise StoreLocked(
-                    f"another ingest ({held.get('owner')}) is writing to {self.where}; its lease expires in "
-                    f"{expires - now:.0f} s if it has stopped"
-                )
+            for other, held in self.table.scan("lock").items():
+                if held.get("owner") == self.owner or (_number(held, "expires") or 0.0) <= now:
+                    continue
+                count = _number(held, "shards")
+                if other == key or shard is None or count is None:
+                    raise StoreLocked(
+                        f"another ingest ({held.get('owner')}) is writing to {self.where}; its lease expires in "
+                        f"{(_number(held, 'expires') or now) - now:.0f} s if it has stopped"
+                    )
+                if int(count) != shard.count:
+                    raise StoreLocked(
+                        f"shards of {int(count)} are still writing to {self.where}; finish that run (or use its "
+                        f"count) before running shards of {shard.count}",
+                        code="SHARD_COUNT_CHANGED",
+                    )
+            self._key, self._shards = key, shard.count if shard is not None else None
             self._renew()
-            if self.table.get([LOCK_KEY])[LOCK_KEY]["owner"] != self.owner:  # lost a race to another job
+            if self.table.get([key])[key]["owner"] != self.owner:  # lost a race to another job
                 raise StoreLocked(f"another ingest took the lease of {self.where} at the same moment")
         self._stop.clear()
         self._beat = threading.Thread(target=self._heartbeat, name="shoal-manifest-lease", daemon=True)
         self._beat.start()
 
     def _renew(self) -> None:
-        doc: Record = {"kind": "lock", "owner": self.owner, "expires": time.time() + self.lease_s}
-        self.table.put({LOCK_KEY: doc})
+        doc: Record = {"kind": "lock", "owner": self.owner, "expires": time.time() + self.lease_s, "shards": self._shards}  # fmt: skip
+        self.table.put({self._key: doc})
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.lease_s / 3):
@@ -99,12 +117,17 @@ class StoreManifest:
         self._beat.join()
         self._beat = None
         with self._mu:
-            held = self.table.get([LOCK_KEY]).get(LOCK_KEY)
+            held = self.table.get([self._key]).get(self._key)
             if held and held["owner"] == self.owner:
-                self.table.delete([LOCK_KEY])
+                self.table.delete([self._key])
 
     def close(self) -> None:
         self.unlock()
+
+    @contextmanager
+    def maintenance(self) -> Iterator[None]:
+        """Index maintenance beside other shards: server stores index as they go, so nothing to order."""
+        yield
 
     # -- sources ------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from connectors.base import CollectionSpec
+from connectors.base import CollectionSpec, Maintenance
 from connectors.chunks import ChunkBatch, ChunkFields
 from connectors.filters import Cond
 from connectors.registry import open_store
@@ -22,6 +22,7 @@ from pipeline.config import ConfigError, PipelineConfig, load_config
 from pipeline.enrich import Enriched, Enricher, entity_tags
 from pipeline.parsers import Block, Document, ParseError, parse_stream
 from pipeline.roots import check_root, walk_root
+from pipeline.shard import Shard
 from pipeline.sources import SourceError, SourceFile, read_source
 from pipeline.state import manifest_for
 from pipeline.summary import FileIssue, IngestSummary, StageClock
@@ -70,7 +71,10 @@ def open_client(cfg: PipelineConfig) -> ModelCalls:
 class IngestRun:
     """One ingest of one root into one collection; `await run()` returns the summary."""
 
-    def __init__(self, root: Path, cfg: PipelineConfig, client: ShoalClient, progress: Progress | None) -> None:
+    def __init__(
+        self, root: Path, cfg: PipelineConfig, client: ShoalClient, progress: Progress | None,
+        shard: Shard | None = None, rebuild_indexes: bool = False,
+    ) -> None:  # fmt: skip
         self.root = check_root(root)  # a missing or unusable path fails here: no store or manifest is touched
         self.cfg = cfg
         self.enricher = Enricher(client, cfg)
@@ -80,6 +84,8 @@ class IngestRun:
         self.clock = StageClock()
         self.failed: set[str] = set()  # paths failed in this run: a later piece of theirs is not committed
         self.written: dict[str, int] = {}  # chunks of a large file written so far (for its progress)
+        self.shard = shard  # this run's share of the root's files (all of them when None)
+        self.rebuild_indexes = rebuild_indexes
 
     async def prepare(self) -> None:
         """Everything that can fail on the config fails here, before a file is read; the models are checked
@@ -114,7 +120,7 @@ class IngestRun:
         started = time.time()
         try:
             await self.prepare()
-            self.manifest.lock()
+            self.manifest.lock(self.shard)
         except BaseException:
             if hasattr(self, "manifest"):
                 self.manifest.close()
@@ -138,6 +144,10 @@ class IngestRun:
 
     async def _run(self) -> None:
         w = await asyncio.to_thread(walk_root, self.root, self.cfg.source)
+        present = {str(f.path) for f in w.files}  # every shard walks the whole root: deletes need all of it
+        if self.shard is not None:
+            w.files = [f for f in w.files if self.shard.owns(f.rel)]
+            self.s.shard = str(self.shard)
         self.s.walk_complete = w.complete
         self.s.files_seen = len(w.files)
         self.s.files_refused = [FileIssue(path=p, reason=r) for p, r in w.skipped]
@@ -170,12 +180,17 @@ class IngestRun:
         if self.progress:
             self.progress.phase("cleanup")
         if w.complete:  # a partial walk deletes nothing
-            await asyncio.to_thread(self._remove_deleted, {str(f.path) for f in w.files})
+            await asyncio.to_thread(self._remove_deleted, present)
         changed = bool(self.s.chunks_written or self.s.chunks_deleted or self.s.orphans_removed)
         if self.progress:
             self.progress.phase("indexing")
         with self.clock.stage("write"):
-            await asyncio.to_thread(self.store.finalize, self.coll, changed)
+            done = await asyncio.to_thread(self._finalize, changed)
+        self.s.indexes = done.describe()
+
+    def _finalize(self, changed: bool) -> Maintenance:
+        with self.manifest.maintenance():  # shards of one store take turns
+            return self.store.finalize(self.coll, changed, rebuild=self.rebuild_indexes)
 
     async def _process(self, f: SourceFile) -> _Done | None:
         """Read, skip when unchanged, parse and chunk, enrich; failures are recorded, never raised."""
@@ -346,17 +361,26 @@ class IngestRun:
                     self.progress.file_done(d.file.rel, "ok", len(d.chunks), tokens)
 
     def _remove_deleted(self, present: set[str]) -> None:
-        """Chunks of files gone from the root, then any row of this root no manifest entry claims."""
+        """Chunks of files gone from the root, then any row of this root no manifest entry claims.
+
+        A shard removes the gone files it owns. The store's ids are read before the manifest: an id another
+        shard is writing is recorded pending before it lands, so it is claimed by the time it is read here."""
         root = str(self.root)
         records = self.manifest.sources(self.coll, root)
-        gone = [r for p, r in records.items() if p not in present]
+        owned = {p: r for p, r in records.items() if self.shard is None or self.shard.owns(r.rel)}
+        gone = [r for p, r in owned.items() if p not in present]
         ids = [i for r in gone for i in dict.fromkeys(r.chunk_ids + r.pending_ids)]
         self.s.chunks_deleted += self.store.delete(self.coll, ids)
         self.manifest.remove(self.coll, [r.path for r in gone])
         self.s.files_deleted = len(gone)
-        claimed = {i for p, r in records.items() if p in present for i in r.chunk_ids}
-        orphans = self.store.ids_where(self.coll, Cond("root", "eq", root)) - claimed
-        self.s.orphans_removed += self.store.delete(self.coll, sorted(orphans))
+        stored = self.store.ids_where(self.coll, Cond("root", "eq", root))
+        claimed: set[str] = set()
+        for p, r in self.manifest.sources(self.coll, root).items():
+            if p in owned and p in present:
+                claimed.update(r.chunk_ids)  # this run's own files: their pending ids are a failed write's
+            elif p not in owned:
+                claimed.update(r.chunk_ids + r.pending_ids)  # another shard's: may be writing them now
+        self.s.orphans_removed += self.store.delete(self.coll, sorted(stored - claimed))
 
 
 async def ingest_async(
@@ -365,15 +389,19 @@ async def ingest_async(
     *,
     client: ShoalClient | None = None,
     progress: Progress | None = None,
+    shard: Shard | None = None,
+    rebuild_indexes: bool = False,
 ) -> IngestSummary:
-    """Ingest one folder or file; `client` is any shoal client (default: an in-process engine started here)."""
+    """Ingest one folder or file; `client` is any shoal client (default: an in-process engine started here);
+    `shard` takes one share of the files (see pipeline/shard.py); `rebuild_indexes` trains the store's indexes
+    again over the whole collection instead of updating them."""
     cfg = config or PipelineConfig()
     check_root(Path(path))  # before a client (and its models) is started for nothing
     if client is not None:
-        return await IngestRun(Path(path), cfg, client, progress).run()
+        return await IngestRun(Path(path), cfg, client, progress, shard, rebuild_indexes).run()
     owned = open_client(cfg)
     try:
-        return await IngestRun(Path(path), cfg, owned, progress).run()
+        return await IngestRun(Path(path), cfg, owned, progress, shard, rebuild_indexes).run()
     finally:
         await owned.close()
 
@@ -385,9 +413,12 @@ def ingest(
     db: str | None = None,
     client: ShoalClient | None = None,
     progress: Progress | None = None,
+    shard: Shard | None = None,
+    rebuild_indexes: bool = False,
 ) -> IngestSummary:
     """Blocking `ingest_async`: a folder into the store, incremental; returns the run summary."""
     cfg = config if isinstance(config, PipelineConfig) else load_config(config)
     if db:
         cfg = cfg.model_copy(update={"db": db})
-    return asyncio.run(ingest_async(path, cfg, client=client, progress=progress))
+    run = ingest_async(path, cfg, client=client, progress=progress, shard=shard, rebuild_indexes=rebuild_indexes)
+    return asyncio.run(run)

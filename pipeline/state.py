@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
 from connectors.base import StoreError, VectorStore
 from pipeline.manifest import CommitItem, Config, Manifest, RunRow, SourceRecord, SourceRow
+from pipeline.shard import Shard
 
 
 class ManifestLike(Protocol):
     """What a run needs of its manifest: SQLite in a folder (`Manifest`) or records in the store."""
 
-    def lock(self) -> None: ...
+    def lock(self, shard: Shard | None = None) -> None: ...
+    def maintenance(self) -> AbstractContextManager[None]: ...
     def close(self) -> None: ...
     def sources(self, collection: str, root: str | None = None) -> dict[str, SourceRecord]: ...
     def sources_for(self, collection: str, paths: list[str]) -> dict[str, SourceRecord]: ...

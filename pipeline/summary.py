@@ -21,6 +21,7 @@ class IngestSummary(BaseModel):
     db: str
     collection: str
     fingerprint: str = ""
+    shard: str | None = Field(default=None, description="I/N when this run took one shard of the files")
     walk_complete: bool = True
     files_seen: int = 0
     files_unchanged: int = 0
@@ -40,6 +41,7 @@ class IngestSummary(BaseModel):
     embed_s: float = Field(default=0.0, description="seconds during which some enrichment request was out")
     write_s: float = Field(default=0.0, description="seconds during which the store or manifest was written")
     wall_s: float = 0.0
+    indexes: str = Field(default="", description="what the index maintenance did and which indexes answer now")
 
     @property
     def ok(self) -> bool:

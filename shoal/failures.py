@@ -45,6 +45,8 @@ HINTS = {
     "INVALID_FILTER": "--where takes FIELD=VALUE (see `shoal search --help`); --filter is the store's own syntax",
     "UNKNOWN_FIELD": "fields: id, source, root, title, kind, chunk_index, pages, heading_path, entity:<label> ...",
     "STORE_LOCKED": "another ingest is running on this store; wait for it to finish",
+    "INVALID_SHARD": "--shard I/N takes shard I (0 to N-1) of N writers, e.g. --shard 0/4",
+    "SHARD_COUNT_CHANGED": "every shard of one run uses the same N; a new N is safe once the old shards are done",
     "NO_STORE": "run `shoal ingest PATH` first, or point --db at an existing store",
     "NO_COLLECTION": "`shoal collections` lists the collections of a store",
     "PATH_NOT_FOUND": "check the path; nothing was recorded",

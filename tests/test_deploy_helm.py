@@ -170,13 +170,41 @@ def test_gateway_reads_every_key_from_the_mounted_secret():
         ({"reindex": {"enabled": True}}, "existingClaim"),
         ({"models": {"card.yml": {"id": "x"}}}, "must end in .yaml"),
         ({"nats": {"enabled": False}}, "nats.externalUrl is required"),
+        (
+            {"reindex": {"enabled": True, "db": "qdrant+edge:///data/s", "existingClaim": "c", "shards": 4}},
+            "one process",
+        ),
+        ({"reindex": {"enabled": True, "existingClaim": "c", "shards": 0}}, "shards must be at least 1"),
     ],
-    ids=["min-over-max", "no-models", "pool-name", "auth-no-keys", "reindex-no-claim", "card-name", "no-nats"],
+    ids=[
+        "min-over-max",
+        "no-models",
+        "pool-name",
+        "auth-no-keys",
+        "reindex-no-claim",
+        "card-name",
+        "no-nats",
+        "edge-shards",
+        "zero-shards",
+    ],  # fmt: skip
 )
 def test_bad_values_fail_with_a_message(change, message):
     helm = pytest.importorskip("helm_python")
     with pytest.raises(helm.HelmError, match=re.escape(message)):
         render_chart(change)
+
+
+def test_sharded_reindex_is_an_indexed_job_with_parallelism():
+    values = {"reindex": {"enabled": True, "existingClaim": "data", "shards": 4, "parallelism": 2}}
+    (cron,) = of_kind(manifests(render_chart(values)), "CronJob")
+    job = cron["spec"]["jobTemplate"]["spec"]
+    assert (job["completionMode"], job["completions"], job["parallelism"]) == ("Indexed", 4, 2)
+    (c,) = job["template"]["spec"]["containers"]
+    assert {"name": "SHOAL_SHARD_COUNT", "value": "4"} in c["env"] and c["args"][0] == "reindex"
+    (plain,) = of_kind(manifests(render_chart({"reindex": {"enabled": True, "existingClaim": "data"}})), "CronJob")
+    assert "completionMode" not in plain["spec"]["jobTemplate"]["spec"]
+    env = plain["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert all(e["name"] != "SHOAL_SHARD_COUNT" for e in env)
 
 
 def test_service_monitor_scrapes_gateway_and_workers_with_pool_label():
