@@ -28,12 +28,12 @@ def named_taxonomies(specs: list[str] | None) -> dict[str, Path]:
 
 
 def tuned_adapters(taxonomies: dict[str, Path]) -> list[Path]:
-    """The tuned adapters of these taxonomies' fitted indexes (`shoal taxonomy fit --tune`), where there are any."""
+    """Where these taxonomies' tuned adapters live (`shoal taxonomy fit --tune`), whether or not one is there
+    yet: a server allows them by path from the start, so a tuned fit that lands while it runs is served."""
     from agent_tools.taxonomy_fit import fitted_path
     from agent_tools.taxonomy_tune import adapter_folder
 
-    folders = [adapter_folder(fitted_path(p)) for p in taxonomies.values()]
-    return [f for f in folders if (f / "adapter_config.json").is_file()]
+    return [adapter_folder(fitted_path(p)) for p in taxonomies.values()]
 
 
 def mcp_command(
