@@ -18,10 +18,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import ShoalError
 from engine.http import cohere, console, docs, native, openai, rerank, status, tei
-from engine.http.auth import auth_from
 from engine.http.edge import Edge
 from engine.http.openai import openai_error
-from engine.http.redact import scrub_body, scrubber
+from engine.http.policy import ServerPolicy
+from engine.http.redact import scrub_body
 from engine.http.replies import ErrorBody, RouteFamily, error_response, native_error
 from engine.metrics import QUEUE_DEPTH
 from engine.runtime import AsyncEngine
@@ -71,9 +71,9 @@ def family_error(exact: dict[str, ErrorBody], path: str) -> ErrorBody:
 def create_app(engine: AsyncEngine) -> FastAPI:
     """The FastAPI app over one engine; the engine starts and drains with the app."""
     settings = engine.settings
-    auth = auth_from(settings)  # AuthConfigError: refuse to start
+    policy = ServerPolicy.of(settings)  # AuthConfigError: refuse to start
+    auth, scrub = policy.auth, policy.scrub
     error_bodies = {path: f.error_body for f in FAMILIES for path in f.error_paths}
-    scrub = scrubber(settings)
 
     def error_body(path: str, err: ShoalError) -> JSONObject:
         """An error in its route family's shape, with no server paths when local folders are off."""
