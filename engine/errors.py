@@ -38,6 +38,10 @@ class PayloadTooLarge(ShoalError):
     code, status = "PAYLOAD_TOO_LARGE", 413
 
 
+class UnsupportedMediaType(ShoalError):
+    code, status = "UNSUPPORTED_MEDIA_TYPE", 415
+
+
 class Unauthorized(ShoalError):
     code, status = "UNAUTHORIZED", 401
 

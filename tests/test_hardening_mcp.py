@@ -159,7 +159,7 @@ def test_mcp_over_http_closes_slow_heads_at_the_deadline(mcp_http: tuple[str, in
 
 
 def test_mcp_over_http_caps_idle_connections(mcp_http: tuple[str, int, subprocess.Popen[bytes]]) -> None:
-    """40 idle connections against a cap of 8: the longest idle are closed, a probe still answers."""
+    """40 idle connections against a cap of 8 (and 4 kept for probes): the rest are closed, a probe answers."""
     _, port, proc = mcp_http
     socks = [connect(port) for _ in range(40)]
     try:
@@ -167,7 +167,7 @@ def test_mcp_over_http_caps_idle_connections(mcp_http: tuple[str, int, subproces
         r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
         assert r.status_code == 200
         still_open = sum(wait_closed(s, 0.2)[0] is None for s in socks)
-        assert still_open <= 8, still_open
+        assert still_open <= 8 + 4, still_open
     finally:
         for s in socks:
             s.close()

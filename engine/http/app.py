@@ -103,14 +103,9 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         public=console.is_public,  # the console's page and assets (never data) need no key
     )
     if settings.cors_origins:  # outside the edge: preflight requests carry no key
-        from starlette.middleware.cors import CORSMiddleware
+        from engine.http.cors import JsonCors
 
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["authorization", "content-type", "accept"],
-        )
+        app.add_middleware(JsonCors, respond=error_for, origins=settings.cors_origins)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
