@@ -143,3 +143,36 @@ def test_nats_sigkill_and_restart_under_load_loses_no_answer(ns: NatsServer, tin
         for p in (gw, worker):
             if p is not None:
                 p.stop()
+
+
+async def test_while_nats_is_down_a_new_request_is_refused_at_once(ns: NatsServer) -> None:
+    """Not after a publish timeout: the gateway knows it is reconnecting and says so; once NATS is back the
+    same gateway publishes again."""
+    from engine.errors import QueueFull
+    from engine.queue.nats.queue import NatsQueue
+    from engine.tasks.task import EncodeParams, Task, TaskItem
+
+    gw = await NatsQueue.connect(EngineSettings(queue_url=ns.url), gateway=True, worker=False)
+    try:
+        await asyncio.to_thread(sigkill, ns)
+        for _ in range(200):  # the connection's loss is seen when its socket closes
+            if not gw.nc.is_connected:
+                break
+            await asyncio.sleep(0.05)
+        task = Task(
+            model="m", items=[TaskItem(text="x")], params=EncodeParams(), est_tokens=1, deadline=time.time() + 60
+        )
+        with pytest.raises(QueueFull, match="reconnecting") as refused:
+            await gw.submit(task)
+        assert refused.value.retry_after == 1.0
+        await asyncio.to_thread(ns.start)
+        for _ in range(400):
+            if gw.nc.is_connected:
+                break
+            await asyncio.sleep(0.05)
+        pending = asyncio.create_task(gw.submit(task))  # published: it waits for a worker (none here)
+        await asyncio.sleep(1)
+        assert not pending.done()
+        pending.cancel()
+    finally:
+        await gw.close()

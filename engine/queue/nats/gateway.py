@@ -60,6 +60,8 @@ class GatewaySide:
         await self.nc.subscribe(advisories, cb=self._on_max_deliveries)
 
     async def submit(self, task: Task) -> Result:
+        if not self.nc.is_connected:  # reconnecting: a publish would wait out its 5 s timeout for the same 503
+            raise QueueFull("the queue is unreachable (reconnecting to NATS); retry later", retry_after=1.0)
         limit = self.settings.queue_pending_limit
         if self._pending >= limit:
             raise QueueFull(f"{self._pending} tasks are pending (limit {limit}); retry later", retry_after=1.0)
