@@ -76,6 +76,12 @@ class QueueFull(ShoalError):
     code, status, retry_after = "QUEUE_FULL", 503, 1.0
 
 
+class NoWorker(ShoalError):
+    """Distributed mode: no worker pulls this model's tasks from the queue (none running, or none allowed it)."""
+
+    code, status, retry_after = "NO_WORKER", 503, 2.0
+
+
 class ResourceExhausted(ShoalError):
     code, status, retry_after = "RESOURCE_EXHAUSTED", 503, 1.0
 

@@ -132,7 +132,13 @@ def create_app(engine: AsyncEngine) -> FastAPI:
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         if engine.ready and not engine.draining:
-            return JSONResponse({"status": "ready"})
+            count = getattr(engine.queue, "workers", None)  # a gateway: are there workers to take the work?
+            if count is None:
+                return JSONResponse({"status": "ready"})
+            workers = await count()
+            if workers == 0:  # ready itself (a gateway may start first); requests get 503 NO_WORKER meanwhile
+                return JSONResponse({"status": "ready", "workers": 0, "warning": "NO_WORKER: no worker is pulling"})
+            return JSONResponse({"status": "ready", "workers": workers})
         state = "draining" if engine.draining else "starting"
         return JSONResponse({"status": state}, status_code=503, headers={"Retry-After": "1"})
 
