@@ -65,17 +65,17 @@ class GatewaySide:
     async def submit(self, task: Task) -> Result:
         if not self.nc.is_connected:  # reconnecting: a publish would wait out its 5 s timeout for the same 503
             raise QueueFull("the queue is unreachable (reconnecting to NATS); retry later", retry_after=1.0)
-        token = subject_token(task.model)
-        served = await self.roll.serves(token)
-        if not served and self.settings.queue_worker_wait_s == 0:
-            raise self._no_worker(task.model)
         limit = self.settings.queue_pending_limit
         if self._pending >= limit:
             raise QueueFull(f"{self._pending} tasks are pending (limit {limit}); retry later", retry_after=1.0)
-        self._models.setdefault(token, task.model)
+        token = subject_token(task.model)
         data = pack_work(task, f"{self._inbox}.{task.id}")
         if len(data) > self.nc.max_payload:
             raise PayloadTooLarge(f"the request is {len(data)} bytes, over the queue's limit of {self.nc.max_payload}")
+        served = await self.roll.serves(token)
+        if not served and self.settings.queue_worker_wait_s == 0:
+            raise self._no_worker(task.model)
+        self._models.setdefault(token, task.model)
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._waiting[task.id] = future
         try:
@@ -199,6 +199,7 @@ class GatewaySide:
     async def close(self) -> None:
         await cancel_and_wait(self._bg)
         self._bg.clear()
+        await self.roll.close()
         for f in self._waiting.values():
             if not f.done():
                 f.set_exception(InternalError("the gateway shut down before this request was answered"))

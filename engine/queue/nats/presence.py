@@ -13,6 +13,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from engine.aio import cancel_and_wait
 from engine.queue.nats.connection import NATS_ERRORS
 
 PRESENCE = "shoal.presence"  # a roll call; each worker replies {"tokens": [...] or null}
@@ -30,7 +31,9 @@ async def answer_roll(nc: NATS, allow: set[str] | None) -> Subscription:
             with contextlib.suppress(*NATS_ERRORS):
                 await nc.publish(msg.reply, body)
 
-    return await nc.subscribe(PRESENCE, cb=reply)
+    sub = await nc.subscribe(PRESENCE, cb=reply)
+    await nc.flush()  # the server knows of it before start() returns: a roll call right after finds it
+    return sub
 
 
 class Roll:
@@ -41,17 +44,23 @@ class Roll:
         self.pools: list[frozenset[str] | None] = []  # each worker's tokens (None: every model)
         self._at = -math.inf
         self._lock = asyncio.Lock()
+        self._refresh: asyncio.Task[None] | None = None
 
     def covers(self, token: str) -> bool:
         return any(p is None or token in p for p in self.pools)
 
     async def serves(self, token: str) -> bool:
-        """Whether some worker pulls this model's subject: from the last roll call when it is recent, else
-        from a new one. True when the roll cannot be called (the queue decides then)."""
+        """Whether some worker pulls this model's subject. A model the last roll call covered: yes at once (a
+        stale answer is refreshed in the background, never on the request's time). One it did not cover: a
+        new roll call, at most one per RETRY_S. True when the roll cannot be called (the queue decides then)."""
         loop = asyncio.get_running_loop()
         age = loop.time() - self._at
-        if (age < KEPT_S and self.covers(token)) or age < RETRY_S:
-            return self.covers(token)
+        if self.covers(token):
+            if age >= KEPT_S and (self._refresh is None or self._refresh.done()):
+                self._refresh = asyncio.create_task(self._quietly(), name="shoal-nats-roll")
+            return True
+        if age < RETRY_S:
+            return False
         async with self._lock:
             if loop.time() - self._at >= RETRY_S:  # not called by another request meanwhile
                 try:
@@ -59,6 +68,14 @@ class Roll:
                 except NATS_ERRORS:
                     return True
         return self.covers(token)
+
+    async def _quietly(self) -> None:
+        with contextlib.suppress(*NATS_ERRORS):
+            await self.call()
+
+    async def close(self) -> None:
+        if self._refresh is not None:
+            await cancel_and_wait([self._refresh])
 
     async def call(self) -> int:
         """Call the roll now; the number of workers that answered."""
