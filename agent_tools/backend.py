@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
+
+from engine.errors import ShoalError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -13,6 +16,8 @@ if TYPE_CHECKING:
     from engine.client.calls import EncodeResult, ExtractResult, Item
     from engine.client.protocol import ShoalClient
     from engine.tasks.results import JSONObject
+
+ITEM = re.compile(r"^items\.(\d+)(?:\.text)?")  # how the engine names a request's i-th text in its errors
 
 
 @dataclass
@@ -42,6 +47,23 @@ class ModelBackend:
         self.batch_size = batch_size
         self.lora = lora
         self.calls = CallCount()
+        self.where = "texts.{i}"  # what the tool's caller calls the i-th text, for the engine's errors about one
+
+    def naming(self, where: str) -> ModelBackend:
+        """A backend over the same client whose errors about the i-th text name it `where` with {i} filled
+        in (the tool's argument, e.g. `passages.{i}`) rather than the engine request's `items.i.text`."""
+        other = copy.copy(self)
+        other.where = where
+        return other
+
+    def _renamed(self, e: ShoalError, start: int) -> ShoalError:
+        m = ITEM.match(e.message)
+        if m is None:
+            return e
+        out = copy.copy(e)
+        out.message = self.where.format(i=start + int(m[1])) + e.message[m.end() :]
+        out.args = (out.message,)
+        return out
 
     def with_lora(self, lora: str | None) -> ModelBackend:
         """A backend over the same client whose encodes apply `lora` (None: the model as it is)."""
@@ -57,12 +79,15 @@ class ModelBackend:
         if self.lora is not None:
             options = {**(options or {}), "lora": self.lora}
 
-        async def one(chunk: list[str]) -> list[EncodeResult]:
+        async def one(start: int, chunk: list[str]) -> list[EncodeResult]:
             self.calls.encode_requests += 1
             self.calls.encode_items += len(chunk)
-            return await self.client.encode(model, [*chunk], is_query=is_query or None, options=options)
+            try:
+                return await self.client.encode(model, [*chunk], is_query=is_query or None, options=options)
+            except ShoalError as e:
+                raise self._renamed(e, start) from None
 
-        parts = await asyncio.gather(*(one(c) for c in self._chunks(texts)))
+        parts = await asyncio.gather(*(one(s, c) for s, c in self._chunks(texts)))
         return [row for part in parts for row in part]
 
     async def extract(
@@ -70,12 +95,15 @@ class ModelBackend:
     ) -> list[ExtractResult]:
         """The SDK's extract results ({entities, classifications, ...}), one per text, in order."""
 
-        async def one(chunk: list[str]) -> list[ExtractResult]:
+        async def one(start: int, chunk: list[str]) -> list[ExtractResult]:
             self.calls.extract_requests += 1
             self.calls.extract_items += len(chunk)
-            return await self.client.extract(model, [*chunk], labels=labels, options=options)
+            try:
+                return await self.client.extract(model, [*chunk], labels=labels, options=options)
+            except ShoalError as e:
+                raise self._renamed(e, start) from None
 
-        parts = await asyncio.gather(*(one(c) for c in self._chunks(texts)))
+        parts = await asyncio.gather(*(one(s, c) for s, c in self._chunks(texts)))
         return [row for part in parts for row in part]
 
     async def embed(self, model: str, texts: list[str], *, is_query: bool = False) -> np.ndarray:
@@ -97,7 +125,10 @@ class ModelBackend:
             self.calls.score_requests += 1
             self.calls.score_pairs += len(chunk)
             items: list[Item] = [{"id": str(start + i), "text": t} for i, t in enumerate(chunk)]
-            result = await self.client.score(model, query, items)
+            try:
+                result = await self.client.score(model, query, items)
+            except ShoalError as e:
+                raise self._renamed(e, start) from None
             return [(int(s["item_id"]), float(s["score"])) for s in result["scores"]]
 
         out = np.zeros(len(texts), dtype=np.float32)
@@ -107,5 +138,5 @@ class ModelBackend:
                 out[i] = value
         return out
 
-    def _chunks(self, texts: list[str]) -> list[list[str]]:
-        return [texts[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
+    def _chunks(self, texts: list[str]) -> list[tuple[int, list[str]]]:
+        return [(i, texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
+
+if TYPE_CHECKING:
+    from agent_tools.config import ToolSettings
+    from engine.http.policy import ServerPolicy
 
 TaxonomyOpt = Annotated[
     list[str] | None,
@@ -28,12 +32,12 @@ def named_taxonomies(specs: list[str] | None) -> dict[str, Path]:
 
 
 def tuned_adapters(taxonomies: dict[str, Path]) -> list[Path]:
-    """The tuned adapters of these taxonomies' fitted indexes (`shoal taxonomy fit --tune`), where there are any."""
+    """Where these taxonomies' tuned adapters live (`shoal taxonomy fit --tune`), whether or not one is there
+    yet: a server allows them by path from the start, so a tuned fit that lands while it runs is served."""
     from agent_tools.taxonomy_fit import fitted_path
     from agent_tools.taxonomy_tune import adapter_folder
 
-    folders = [adapter_folder(fitted_path(p)) for p in taxonomies.values()]
-    return [f for f in folders if (f / "adapter_config.json").is_file()]
+    return [adapter_folder(fitted_path(p)) for p in taxonomies.values()]
 
 
 def mcp_command(
@@ -51,6 +55,18 @@ def mcp_command(
     db: Annotated[str | None, typer.Option(help="store URI the search tool uses by default")] = None,
     collection: Annotated[str | None, typer.Option(help="collection the search tool uses by default")] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level (http)")] = "warning",
+    local_models: Annotated[
+        bool,
+        typer.Option(
+            "--local-models/--no-local-models",
+            envvar="SHOAL_LOCAL_MODELS",
+            help="let tool calls name local model folders (off: catalogue ids and --model-root folders only)",
+        ),
+    ] = False,
+    model_root: Annotated[
+        list[Path] | None,
+        typer.Option(help="folder whose checkpoint sub-folders are served by their relative name (repeatable)"),
+    ] = None,
 ) -> None:
     """Serve the agent tools (classify_taxonomy, filter_context, rerank, search, embed) over MCP."""
     import asyncio
@@ -72,10 +88,28 @@ def mcp_command(
     if taxonomies := named_taxonomies(taxonomy):
         given["taxonomies"] = taxonomies
     settings = ToolSettings(**given)
+    policy = server_policy(settings, local_models, model_root or [])
     try:
         if transport == "stdio":
-            asyncio.run(serve_stdio(settings))
+            asyncio.run(serve_stdio(settings, policy))
         else:
-            asyncio.run(serve_http(settings, host, port, path, log_level))
+            asyncio.run(serve_http(settings, policy, host, port, path, log_level))
     except KeyboardInterrupt:
         pass
+
+
+def server_policy(settings: ToolSettings, local_models: bool, model_roots: list[Path]) -> ServerPolicy:
+    """The policy `shoal serve` would run these tools under (engine.http.policy); a key configuration it
+    cannot use is a one-line error, exit 1."""
+    from engine.config import EngineSettings
+    from engine.http.auth import AuthConfigError
+    from engine.http.policy import ServerPolicy
+
+    engine = EngineSettings(local_models=local_models)
+    if model_roots:  # else SHOAL_MODEL_ROOTS, as `shoal serve` reads it
+        engine = EngineSettings(local_models=local_models, model_roots=model_roots)
+    try:
+        return ServerPolicy.of(engine, tuned_adapters(settings.taxonomies))
+    except AuthConfigError as e:
+        typer.echo(f"INVALID_CONFIG: refusing to start: {e}\n  see docs/security.md", err=True)
+        raise typer.Exit(1) from None

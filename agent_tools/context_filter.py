@@ -200,7 +200,8 @@ async def filter_context(
         for p in passages or []:
             spans.append(Span(p, pos, pos + len(p)))
             pos += len(p) + 2  # offsets in the passages joined by blank lines
-    scorer = Scorer(backend, embed_model, opts.rerank_model)
+    where = "passages.{i}" if text is None else "text, passage {i}"  # errors name what the caller sent
+    scorer = Scorer(backend.naming(where), embed_model, opts.rerank_model)
     tokens = [count_tokens(s.text) for s in spans]
     paths = heading_paths(text, spans) if text is not None else [""] * len(spans)
     scores = await scorer(query, [f"{h}\n\n{s.text}" if h else s.text for h, s in zip(paths, spans, strict=True)])

@@ -1,8 +1,11 @@
 """The tools as an MCP server (official `mcp` SDK, low-level Server): stdio or streamable HTTP.
 
-Over HTTP the server is a network surface like the gateway: with API keys configured (SHOAL_API_KEY,
-SHOAL_API_KEYS_FILE, read as the gateway reads them) every request needs `Authorization: Bearer <key>`
-(else 401 before the MCP layer sees it), and `search` opens only the configured stores and collections.
+On either transport the tools run under the server policy `shoal serve` has (engine.http.policy): model ids
+and adapters that are local folders are refused unless --local-models is given, with server paths taken out
+of error messages. Over HTTP the server is a network surface like the gateway: with API keys configured
+(SHOAL_API_KEY, SHOAL_API_KEYS_FILE, read as the gateway reads them) every request needs `Authorization:
+Bearer <key>` (else 401 before the MCP layer sees it), `search` opens only the configured stores and
+collections, and the connections have the gateway's deadlines and cap.
 
 Tool errors (bad arguments, a missing collection, a too-large text) come back as a tool result with
 `isError: true` and the error's code and message, so the calling model can read and correct them; an
@@ -22,6 +25,8 @@ from agent_tools.config import ToolSettings
 from agent_tools.errors import ShoalError, ToolNotFound
 from agent_tools.registry import ToolContext
 from engine.http.auth import KeyRing, bearer, key_in_query
+from engine.http.policy import ServerPolicy
+from engine.http.redact import Scrub
 
 if TYPE_CHECKING:
     from mcp.server import Server, ServerRequestContext
@@ -32,8 +37,9 @@ SERVER_NAME = "shoal"
 log = logging.getLogger("shoal.tools")
 
 
-def build_server(ctx: ToolContext) -> Server:
-    """An `mcp.server.Server` listing every tool and running calls through the context."""
+def build_server(ctx: ToolContext, scrub: Scrub = str) -> Server:
+    """An `mcp.server.Server` listing every tool and running calls through the context; `scrub` takes server
+    paths out of error messages (the server policy's, engine.http.policy)."""
     import mcp_types as types
     from mcp.server import Server
     from mcp.shared.exceptions import MCPError
@@ -50,8 +56,9 @@ def build_server(ctx: ToolContext) -> Server:
         return types.ListToolsResult(tools=tools)
 
     def failure(e: ShoalError) -> types.CallToolResult:
-        text = f"{e.code}: {e.message}"
-        error = {"error": e.to_dict()}
+        message = scrub(e.message)
+        text = f"{e.code}: {message}"
+        error = {"error": {**e.to_dict(), "message": message}}
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=error, is_error=True)
 
     async def call_tool(_rctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -77,24 +84,25 @@ def build_server(ctx: ToolContext) -> Server:
     )
 
 
-async def open_client(settings: ToolSettings, stack: AsyncExitStack) -> ShoalClient:
-    """The shoal client the tools use: a server at engine_url, else an in-process engine."""
+async def open_client(settings: ToolSettings, stack: AsyncExitStack, policy: ServerPolicy) -> ShoalClient:
+    """The shoal client the tools use: a server at engine_url (its own policy applies there too), else an
+    in-process engine run with the policy's settings."""
     if settings.engine_url:
         from engine.client.http import AsyncClient
 
         return await stack.enter_async_context(AsyncClient(settings.engine_url, api_key=settings.api_key))
     from engine.runtime import AsyncEngine
 
-    return await stack.enter_async_context(AsyncEngine())
+    return await stack.enter_async_context(AsyncEngine(policy.settings))
 
 
-async def serve_stdio(settings: ToolSettings) -> None:
+async def serve_stdio(settings: ToolSettings, policy: ServerPolicy) -> None:
     """Serve one MCP session on stdin/stdout until the client closes it."""
     from mcp.server.stdio import stdio_server
 
     async with AsyncExitStack() as stack:
-        ctx = ToolContext(await open_client(settings, stack), settings)
-        server = build_server(ctx)
+        ctx = ToolContext(await open_client(settings, stack, policy), settings)
+        server = build_server(ctx, policy.scrub)
         read, write = await stack.enter_async_context(stdio_server())
         await server.run(read, write, server.create_initialization_options())
 
@@ -122,22 +130,23 @@ def key_gate(app: ASGIApp, keys: KeyRing) -> ASGIApp:
     return gate
 
 
-async def serve_http(settings: ToolSettings, host: str, port: int, path: str = "/mcp", log_level: str = "info") -> None:
-    """Serve MCP over streamable HTTP at http://host:port{path}, behind the API keys when configured; the
-    search tool opens only the configured stores (SHOAL_TOOLS_DB, SHOAL_TOOLS_SEARCH_DBS), as on a gateway."""
+async def serve_http(
+    settings: ToolSettings, policy: ServerPolicy, host: str, port: int, path: str = "/mcp", log_level: str = "info"
+) -> None:
+    """Serve MCP over streamable HTTP at http://host:port{path}, behind the API keys when configured, on the
+    same connection layer as `shoal serve` (head deadline, keep-alive, connection cap; engine.http.server);
+    the search tool opens only the configured stores (SHOAL_TOOLS_DB, SHOAL_TOOLS_SEARCH_DBS), as on a gateway."""
     import uvicorn
 
-    from engine.config import EngineSettings
-    from engine.http.auth import auth_from
+    from engine.http.server import uvicorn_config
 
-    keys = auth_from(EngineSettings()).keys  # AuthConfigError: refuse to start rather than run open
     settings = settings.model_copy(update={"open_stores": False})
     async with AsyncExitStack() as stack:
-        ctx = ToolContext(await open_client(settings, stack), settings)
-        app: ASGIApp = build_server(ctx).streamable_http_app(
+        ctx = ToolContext(await open_client(settings, stack, policy), settings)
+        app: ASGIApp = build_server(ctx, policy.scrub).streamable_http_app(
             streamable_http_path=path, host=host, max_request_body_size=settings.max_body_bytes
         )  # the tools' own limits then answer over-size texts with PAYLOAD_TOO_LARGE, as on the other transports
-        if keys is not None:
-            app = key_gate(app, keys)
-        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
+        if policy.auth.keys is not None:
+            app = key_gate(app, policy.auth.keys)
+        config = uvicorn_config(app, policy.settings, log_level, host=host, port=port, lifespan="on")
         await uvicorn.Server(config).serve()

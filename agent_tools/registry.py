@@ -21,7 +21,8 @@ from pydantic import BaseModel, ValidationError
 from agent_tools.backend import ModelBackend
 from agent_tools.config import ToolSettings
 from agent_tools.errors import InvalidInput, TaxonomyError
-from agent_tools.taxonomy_index import IndexCache
+from agent_tools.fit_reload import FitWatch
+from agent_tools.taxonomy_index import IndexCache, TaxonomyIndex
 from agent_tools.taxonomy_tree import Taxonomy, build_taxonomy, load_taxonomy
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ class ToolContext:
         self.client = client
         self.settings = settings or ToolSettings()
         self.cache = cache if cache is not None else shared_cache(self.settings)
+        self.fits = FitWatch()
 
     def backend(self) -> ModelBackend:
         """A fresh backend per call, so its counters are that call's model calls."""
@@ -164,6 +166,13 @@ class ToolContext:
             return None
         fitted = fitted_path(Path(path).expanduser())
         return fitted if fitted.is_file() else None
+
+    async def index(self, ref: TaxonomyRef, taxonomy: Taxonomy, backend: ModelBackend, model: str) -> TaxonomyIndex:
+        """The index a taxonomy is classified with: a named one's fit as it is now on disk (a fit that cannot
+        be used leaves the one served before it, agent_tools/fit_reload.py), else built from the taxonomy."""
+        if not isinstance(ref, str):
+            return await self.cache.get(taxonomy, backend, model)
+        return await self.fits.index(self.cache, ref, taxonomy, backend, model, self.fitted_index(ref))
 
 
 _FILES: OrderedDict[tuple[str, float, int, int], Taxonomy] = OrderedDict()

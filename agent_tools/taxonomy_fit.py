@@ -18,7 +18,6 @@ serving that taxonomy by name uses it.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -42,7 +41,7 @@ from agent_tools.taxonomy_index import (
     reference_names,
 )
 from agent_tools.taxonomy_tree import Taxonomy
-from agent_tools.taxonomy_tune import Pair, Tuner
+from agent_tools.taxonomy_tune import Pair, Tuner, adapter_folder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -189,6 +188,7 @@ class FittedMeta(TypedDict):
     source: str
     report: FitReport
     lora: str | None  # the tuned adapter's folder, relative to the fitted index's folder; None: not tuned
+    lora_digest: str | None  # its content digest (engine.catalogue.weights.adapter_digest)
 
 
 @dataclass
@@ -355,8 +355,12 @@ async def fit(
 
 
 def save_fitted(path: Path, t: Taxonomy, model: str, result: FitResult) -> None:
-    """One .npz (no pickles): the leaf vectors, the calibration, the taxonomy digest, the model, the report."""
+    """One .npz (no pickles): the leaf vectors, the calibration, the taxonomy digest, the model, the report.
+    Saved before its tuned adapter is put beside it (`result.lora` is still where it was trained): a server
+    that sees the new index beside the old adapter keeps serving the old pair until the adapter lands."""
     import numpy as np
+
+    from engine.catalogue.weights import adapter_digest
 
     meta: FittedMeta = {
         "format": FORMAT,
@@ -364,7 +368,8 @@ def save_fitted(path: Path, t: Taxonomy, model: str, result: FitResult) -> None:
         "model": model,
         "source": result.calibration.source,
         "report": result.report,
-        "lora": os.path.relpath(result.lora, path.parent) if result.lora else None,
+        "lora": adapter_folder(path).name if result.lora else None,  # where the adapter is put beside it
+        "lora_digest": adapter_digest(Path(result.lora)) if result.lora else None,
     }
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent_tools.adapter_files import check as check_adapter
 from agent_tools.errors import TaxonomyError
 from agent_tools.taxonomy_calibration import DEFAULT, REFERENCE_LEAVES, Calibration
 from agent_tools.taxonomy_tree import Taxonomy
@@ -337,5 +338,7 @@ def load_fitted(path: Path, t: Taxonomy, model: str) -> TaxonomyIndex:
             raise TaxonomyError(
                 f"fitted index {path} needs its tuned adapter {adapter}; run `shoal taxonomy fit` again"
             )
+        recorded = meta.get("lora_digest")
+        check_adapter(adapter, recorded if isinstance(recorded, str) else None, path)
         index.lora = str(adapter)
     return index

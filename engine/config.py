@@ -173,6 +173,12 @@ class EngineSettings(BaseSettings):
         description="how often each NATS connection pings its server; two unanswered pings (a node cut off) and it "
         "moves to another node of the list",
     )
+    queue_worker_wait_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="with no worker pulling a model, 0 answers its requests 503 NO_WORKER at once; more publishes "
+        "them and waits this long for one to appear (a pool scaled to zero, woken by its backlog)",
+    )
     queue_locality: bool = Field(
         default=True, description="workers pull their resident models' tasks first; off: the fullest subject first"
     )

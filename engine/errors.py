@@ -38,6 +38,10 @@ class PayloadTooLarge(ShoalError):
     code, status = "PAYLOAD_TOO_LARGE", 413
 
 
+class UnsupportedMediaType(ShoalError):
+    code, status = "UNSUPPORTED_MEDIA_TYPE", 415
+
+
 class Unauthorized(ShoalError):
     code, status = "UNAUTHORIZED", 401
 
@@ -70,6 +74,12 @@ class ModelLoading(ShoalError):
 
 class QueueFull(ShoalError):
     code, status, retry_after = "QUEUE_FULL", 503, 1.0
+
+
+class NoWorker(ShoalError):
+    """Distributed mode: no worker pulls this model's tasks from the queue (none running, or none allowed it)."""
+
+    code, status, retry_after = "NO_WORKER", 503, 2.0
 
 
 class ResourceExhausted(ShoalError):

@@ -88,14 +88,17 @@ def search_router(client: ShoalClient, db: str, collection: str | None = None) -
             return _error(400, "INVALID_INPUT", validation_summary(e, SearchBody))
         coll = body.collection or default
         if body.location is not None and body.location != store_location(db):
-            return _error(409, "STORE_MISMATCH", f"this server searches {store_location(db)}, not {body.location}")
+            message = "this server searches another store than the request's 'location'; search that one where it is"
+            return _error(409, "STORE_MISMATCH", message)
         try:
             hits = await search_async(
                 body.query, db=db, collection=coll, top_k=body.top_k, where=body.where, mode=body.mode, client=client
             )
         except (ConfigError, FilterError) as e:
             code = getattr(e, "code", "INVALID_INPUT")
-            return _error(404 if code in ("NO_STORE", "NO_COLLECTION") else 400, code, str(e))
+            if code == "NO_STORE":  # the server's own folder: not named (GET /v1/search says where it is)
+                return _error(404, code, "nothing has been ingested into this server's store yet (its --db)")
+            return _error(404 if code == "NO_COLLECTION" else 400, code, str(e))
         except StoreError as e:
             return _error(503 if e.code == "STORE_UNREACHABLE" else 400, e.code, e.message)
         out = []

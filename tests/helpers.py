@@ -170,12 +170,18 @@ def free_port() -> int:
 class LiveServer:
     """`shoal serve` in a subprocess on a free loopback port; stopped by PID."""
 
-    def __init__(self, env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
+    def __init__(
+        self, env: dict[str, str] | None = None, args: list[str] | None = None, log: Path | None = None
+    ) -> None:
+        """`log`: a file the server's stderr goes to (default: the test's own stderr)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
         cmd = [sys.executable, "-m", "shoal.cli", "serve", "--port", str(self.port), "--log-level", "warning"]
-        self.proc = subprocess.Popen(cmd + (args or []), env=full_env, cwd=REPO)
+        stderr = None if log is None else log.open("ab")
+        self.proc = subprocess.Popen(cmd + (args or []), env=full_env, cwd=REPO, stderr=stderr)
+        if stderr is not None:
+            stderr.close()  # the child holds its own copy
 
     def wait_ready(self, timeout: float = 120) -> LiveServer:
         deadline = time.monotonic() + timeout

@@ -143,4 +143,4 @@ def test_mcp_over_http_with_the_key_serves_and_search_opens_only_its_stores(mcp:
     )
     result = rpc_result(r)["result"]
     assert result["isError"] and result["structuredContent"]["error"]["code"] == "FORBIDDEN", result
-    assert "/any/path" in result["content"][0]["text"]  # it names the caller's store, nothing of the server's
+    assert "lancedb://" in result["content"][0]["text"]  # the store it was asked for, its local path scrubbed

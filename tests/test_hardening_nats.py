@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from engine.config import EngineSettings
+from engine.errors import NoWorker
 from engine.runtime import AsyncEngine
 from engine.wire import packb, unpackb
 from tests.helpers import WORDS
@@ -143,3 +144,64 @@ def test_nats_sigkill_and_restart_under_load_loses_no_answer(ns: NatsServer, tin
         for p in (gw, worker):
             if p is not None:
                 p.stop()
+
+
+async def test_while_nats_is_down_a_new_request_is_refused_at_once(ns: NatsServer) -> None:
+    """Not after a publish timeout: the gateway knows it is reconnecting and says so. Once NATS is back, with
+    no worker a request is NO_WORKER at once (not a 504 after its deadline); with one, it is published."""
+    from engine.errors import QueueFull
+    from engine.queue.nats.queue import NatsQueue
+    from engine.tasks.task import EncodeParams, Task, TaskItem
+
+    gw = await NatsQueue.connect(EngineSettings(queue_url=ns.url), gateway=True, worker=False)
+    try:
+        await asyncio.to_thread(sigkill, ns)
+        for _ in range(200):  # the connection's loss is seen when its socket closes
+            if not gw.nc.is_connected:
+                break
+            await asyncio.sleep(0.05)
+        task = Task(
+            model="m", items=[TaskItem(text="x")], params=EncodeParams(), est_tokens=1, deadline=time.time() + 60
+        )
+        with pytest.raises(QueueFull, match="reconnecting") as refused:
+            await gw.submit(task)
+        assert refused.value.retry_after == 1.0
+        await asyncio.to_thread(ns.start)
+        for _ in range(400):
+            if gw.nc.is_connected:
+                break
+            await asyncio.sleep(0.05)
+        with pytest.raises(NoWorker, match="no worker is pulling model 'm'"):  # at once, not after 300 s
+            await gw.submit(task)
+        assert await gw.workers() == 0
+        wq = await NatsQueue.connect(EngineSettings(queue_url=ns.url), gateway=False, worker=True)
+        try:
+            await asyncio.sleep(1.1)  # past the roll call's retry interval
+            assert await gw.workers() == 1
+            pending = asyncio.create_task(gw.submit(task))  # a worker answers the roll: published, pulled
+            (d,) = await asyncio.wait_for(wq.pull(prefer=[], max_tasks=1, max_tokens=100, wait=0), 20)
+            assert d.task.id == task.id
+            pending.cancel()
+        finally:
+            await wq.close()
+    finally:
+        await gw.close()
+
+
+async def test_with_a_worker_wait_a_request_is_published_then_no_worker(ns: NatsServer) -> None:
+    """SHOAL_QUEUE_WORKER_WAIT_S (a pool scaled to zero): the task goes into the stream, where an autoscaler
+    sees it, and the caller gets NO_WORKER when no worker appeared in time."""
+    from engine.queue.nats.queue import NatsQueue
+    from engine.tasks.task import EncodeParams, Task, TaskItem
+
+    gw = await NatsQueue.connect(EngineSettings(queue_url=ns.url, queue_worker_wait_s=1.5), gateway=True, worker=False)
+    try:
+        task = Task(
+            model="m", items=[TaskItem(text="x")], params=EncodeParams(), est_tokens=1, deadline=time.time() + 60
+        )
+        with pytest.raises(NoWorker):
+            await gw.submit(task)
+        info = await gw.js.stream_info(gw.settings.queue_stream)
+        assert info.state.messages == 1  # published: the backlog an autoscaler scales on
+    finally:
+        await gw.close()

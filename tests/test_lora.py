@@ -159,3 +159,29 @@ async def test_adapter_applies_to_score_tasks(tmp_path: Path) -> None:
                 logit = ref(input_ids=torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids])).logits[0, 0]
             assert abs(scores[name][i] - torch.sigmoid(logit).item()) <= 1e-5
     assert max(abs(scores["tuned"][i] - scores["plain"][i]) for i in range(len(docs))) > 1e-4  # it really applies
+
+
+async def test_an_adapter_rewritten_in_place_is_read_again(setup: tuple[Path, Path], tmp_path: Path) -> None:
+    """The cache keys on the adapter's content, not its folder: the same folder with other weights (a re-tune)
+    serves the new weights at once, and the first adapter's files put back are a cache hit again."""
+    import shutil
+
+    base, adapters = setup
+    folder = tmp_path / "adapters" / "live"
+    shutil.copytree(adapters / "one", folder)
+    shutil.copytree(adapters / "two", folder.with_name("two"))
+    async with AsyncEngine(EngineSettings(lora_dir=tmp_path / "adapters")) as engine:
+        first = (await engine.encode(str(base), TEXTS[0], options={"lora": "live"}))["dense"]
+        shutil.rmtree(folder)
+        shutil.copytree(adapters / "two", folder)
+        second = (await engine.encode(str(base), TEXTS[0], options={"lora": "live"}))["dense"]
+        two = (await engine.encode(str(base), TEXTS[0], options={"lora": "two"}))["dense"]
+        cache = engine.registry.adapters
+        read = cache.misses  # "two" under its own name is the content "live" had: not read again
+        shutil.rmtree(folder)
+        shutil.copytree(adapters / "one", folder)
+        again = (await engine.encode(str(base), TEXTS[0], options={"lora": "live"}))["dense"]
+    np.testing.assert_allclose(second, two, atol=1e-6)
+    np.testing.assert_allclose(again, first, atol=1e-6)
+    assert np.abs(np.asarray(second) - np.asarray(first)).max() > 1e-3
+    assert read == cache.misses == 2

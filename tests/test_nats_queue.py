@@ -201,7 +201,8 @@ async def test_allow_listed_consumers_exist_at_start_and_show_the_backlog(nats_u
 
 
 async def test_payload_over_server_limit_is_413_and_pending_limit_503(nats_url: str) -> None:
-    gw = await NatsQueue.connect(EngineSettings(queue_url=nats_url, queue_pending_limit=2), gateway=True, worker=False)
+    settings = EngineSettings(queue_url=nats_url, queue_pending_limit=2, queue_worker_wait_s=60)  # tasks wait
+    gw = await NatsQueue.connect(settings, gateway=True, worker=False)  # in the stream with no worker, published
     assert gw.gateway is not None
     try:
         with pytest.raises(PayloadTooLarge):
@@ -251,7 +252,8 @@ async def test_long_batch_is_kept_alive_by_in_progress_acks(nats_url: str, tmp_p
 
 async def test_task_whose_workers_all_die_is_dead_lettered_by_the_gateway(nats_url: str) -> None:
     """No worker ever settles it (each 'dies' holding it): after max_deliver the client still gets an error."""
-    settings = EngineSettings(queue_url=nats_url, queue_ack_wait_s=0.5, queue_max_deliver=2)
+    # submitted before any worker runs: published all the same (a pool scaled to zero)
+    settings = EngineSettings(queue_url=nats_url, queue_ack_wait_s=0.5, queue_max_deliver=2, queue_worker_wait_s=60)
     gw = await NatsQueue.connect(settings, gateway=True, worker=False)
     workers: list[NatsQueue] = []
     try:

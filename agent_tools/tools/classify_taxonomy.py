@@ -45,7 +45,7 @@ async def classify_taxonomy(ctx: ToolContext, args: ClassifyTaxonomyInput) -> Cl
     backend = ctx.backend()
     options = ClassifyOptions.model_validate(args.model_dump(include=set(ClassifyOptions.model_fields)))
     model = args.model or s.embed_model
-    index = await ctx.cache.get(taxonomy, backend, model, ctx.fitted_index(args.taxonomy))
+    index = await ctx.index(args.taxonomy, taxonomy, backend, model)
     results = await classify_index(args.texts, index, backend.with_lora(index.lora), model, options)
     info: TaxonomyInfo = {
         "digest": taxonomy.digest,

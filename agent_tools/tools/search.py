@@ -60,6 +60,9 @@ async def search(ctx: ToolContext, args: SearchInput) -> SearchResult:
             client=ctx.client,
         )
     except ConfigError as e:
+        if getattr(e, "code", "") == "NO_STORE" and not s.open_stores:  # a server names no folder of its own
+            where = repr(args.db) if args.db else "this server's store"
+            raise CollectionNotFound(f"nothing has been ingested into {where} yet") from None
         if str(e).startswith("no collection") or getattr(e, "code", "") in ("NO_STORE", "NO_COLLECTION"):
             raise CollectionNotFound(str(e)) from None
         raise InvalidInput(str(e)) from None

@@ -225,3 +225,36 @@ def resolve_adapter(card: ModelCard, name: str, policy: AdapterPolicy) -> tuple[
         except OSError:  # a name too long for the filesystem
             continue
     raise InvalidInput(f"model {card.id!r} has no LoRA adapter {name!r}; known adapters: {sorted(card.loras)}")
+
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def adapter_signature(folder: Path) -> tuple[int, ...]:
+    """(inode, size, mtime) of an adapter folder's two files: cheap to read on every request, and it changes
+    whenever either file is written or replaced (a fit's re-tune), so a digest is recomputed only then."""
+    out: list[int] = []
+    for name in ADAPTER_FILES:
+        try:
+            s = os.stat(folder / name)
+        except OSError:
+            out += [-1, -1, -1]
+            continue
+        out += [s.st_ino, s.st_size, s.st_mtime_ns]
+    return tuple(out)
+
+
+def adapter_digest(folder: Path) -> str:
+    """sha256 over an adapter folder's config and weights: what identifies an adapter's content, whatever its
+    path (a re-tune written to the same folder is a different adapter); 'missing' for a file not there."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ADAPTER_FILES:
+        h.update(name.encode() + b"\0")
+        try:
+            with open(folder / name, "rb") as f:
+                h.update(hashlib.file_digest(f, "sha256").digest())
+        except OSError:
+            h.update(b"missing")
+    return h.hexdigest()

@@ -18,10 +18,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.errors import ShoalError
 from engine.http import cohere, console, docs, native, openai, rerank, status, tei
-from engine.http.auth import auth_from
 from engine.http.edge import Edge
 from engine.http.openai import openai_error
-from engine.http.redact import scrub_body, scrubber
+from engine.http.policy import ServerPolicy
+from engine.http.redact import scrub_body
 from engine.http.replies import ErrorBody, RouteFamily, error_response, native_error
 from engine.metrics import QUEUE_DEPTH
 from engine.runtime import AsyncEngine
@@ -71,9 +71,9 @@ def family_error(exact: dict[str, ErrorBody], path: str) -> ErrorBody:
 def create_app(engine: AsyncEngine) -> FastAPI:
     """The FastAPI app over one engine; the engine starts and drains with the app."""
     settings = engine.settings
-    auth = auth_from(settings)  # AuthConfigError: refuse to start
+    policy = ServerPolicy.of(settings)  # AuthConfigError: refuse to start
+    auth, scrub = policy.auth, policy.scrub
     error_bodies = {path: f.error_body for f in FAMILIES for path in f.error_paths}
-    scrub = scrubber(settings)
 
     def error_body(path: str, err: ShoalError) -> JSONObject:
         """An error in its route family's shape, with no server paths when local folders are off."""
@@ -103,14 +103,9 @@ def create_app(engine: AsyncEngine) -> FastAPI:
         public=console.is_public,  # the console's page and assets (never data) need no key
     )
     if settings.cors_origins:  # outside the edge: preflight requests carry no key
-        from starlette.middleware.cors import CORSMiddleware
+        from engine.http.cors import JsonCors
 
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["authorization", "content-type", "accept"],
-        )
+        app.add_middleware(JsonCors, respond=error_for, origins=settings.cors_origins)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
@@ -137,7 +132,13 @@ def create_app(engine: AsyncEngine) -> FastAPI:
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         if engine.ready and not engine.draining:
-            return JSONResponse({"status": "ready"})
+            count = getattr(engine.queue, "workers", None)  # a gateway: are there workers to take the work?
+            if count is None:
+                return JSONResponse({"status": "ready"})
+            workers = await count()
+            if workers == 0:  # ready itself (a gateway may start first); requests get 503 NO_WORKER meanwhile
+                return JSONResponse({"status": "ready", "workers": 0, "warning": "NO_WORKER: no worker is pulling"})
+            return JSONResponse({"status": "ready", "workers": workers})
         state = "draining" if engine.draining else "starting"
         return JSONResponse({"status": state}, status_code=503, headers={"Retry-After": "1"})
 

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput, ShoalError
 from engine.http.bodies import CohereEmbedBody, CohereRerankBody, request_body
-from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
+from engine.http.replies import RouteFamily, engine_of, name_model, read_json_body, timing_headers
 from engine.http.rerank import RERANK_BODY, model_query, positive_int, rerank, text_list
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
 from engine.tasks.results import EncodeResult, JSONObject, JSONValue, Values
@@ -92,14 +92,14 @@ def as_type(values: Values, kind: str) -> JSONValue:
 
 @router.post("/v2/embed", openapi_extra=request_body(CohereEmbedBody, msgpack=False))
 async def embed(request: Request) -> Response:
-    return await embed_reply(request, await read_body(request), v1=False)
+    return await embed_reply(request, await read_json_body(request), v1=False)
 
 
 @router.post("/v1/embed", openapi_extra=request_body(CohereEmbedBody, msgpack=False))
 async def embed_v1(request: Request) -> Response:
     """Cohere v1 (cohere.Client.embed, langchain-cohere): `model` may be left out (the server's default);
     without `embedding_types` the answer is v1's plain float list."""
-    return await embed_reply(request, await read_body(request), v1=True)
+    return await embed_reply(request, await read_json_body(request), v1=True)
 
 
 async def embed_reply(request: Request, raw: Decoded, *, v1: bool) -> Response:
@@ -139,7 +139,7 @@ async def embed_reply(request: Request, raw: Decoded, *, v1: bool) -> Response:
 @router.post("/v2/rerank", openapi_extra=request_body(CohereRerankBody, msgpack=False))
 async def rerank_v2(request: Request) -> Response:
     """{model, query, documents, top_n?} -> {id, results: [{index, relevance_score}], meta}."""
-    body = as_map(await read_body(request), RERANK_BODY)
+    body = as_map(await read_json_body(request), RERANK_BODY)
     model, query = model_query(body)
     texts = text_list(body.get("documents"), "documents")
     top_n = positive_int(body, "top_n")

@@ -9,7 +9,8 @@ closes the connection a second later if it has not); an idle keep-alive connecti
 `GET /healthz` is answered in the parser's callback, so a liveness probe never waits behind the app.
 
 Cap: past `max_connections`, a new connection closes the longest-idle one (nothing in progress, or only part
-of a head), so idle or slow clients can never lock others out. When every connection is busy with a
+of a head), so idle or slow clients can never lock others out; a connection younger than FRESH_S that has
+sent nothing yet is not taken for idle (its request may be waiting to be read). When every connection is busy with a
 request, up to `health_connections` more are let in for /healthz and /readyz only; anything else on them
 gets 503 QUEUE_FULL and the connection closes.
 
@@ -34,6 +35,7 @@ from engine.tasks.results import JSONObject
 
 HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 BODY_GRACE_S = 1.0  # the edge answers a late body with 408 first; this only backs it up
+FRESH_S = 0.5  # a new connection is not evicted before its bytes are read or it stays silent this long
 HEALTHZ = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\n\r\n{"status":"ok"}'
 HEALTHZ_CLOSE = HEALTHZ.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n", 1)
 ErrorBody = Callable[[str, ShoalError], JSONObject]  # (path, error) -> the route family's error body
@@ -44,6 +46,7 @@ class Connection(Protocol):
 
     def __hash__(self) -> int: ...
     def drop(self) -> None: ...
+    def evictable(self) -> bool: ...
 
 
 class HeadersTooLarge(ShoalError):
@@ -66,6 +69,17 @@ def raw_error(err: ShoalError, path: str, body_for: ErrorBody) -> bytes:
     return head.encode() + data
 
 
+def head_end(tail: bytes, data: bytes) -> int:
+    """Where in `data` the head that began before it ends (just past its blank line), or -1; `tail` is the
+    last bytes of the head so far, so a blank line split across two reads is found."""
+    end = data.find(b"\r\n\r\n")
+    if tail:
+        joined = (tail + data[:3]).find(b"\r\n\r\n")
+        if joined >= 0:
+            return joined + 4 - len(tail)
+    return end + 4 if end >= 0 else -1
+
+
 class Pool:
     """One server's open connections, with the idle ones in the order they became idle."""
 
@@ -86,9 +100,10 @@ class Pool:
 
     def admit(self, conn: Connection) -> str:
         """'ok', 'health' (a reserve slot) or 'refuse' for a new connection; past the cap the longest-idle
-        connection is closed to make room."""
+        connection is closed to make room, never one whose first bytes may not have been read yet (a probe
+        that connected a moment before would lose its request unanswered)."""
         if len(self.open) >= self.cap:
-            victim = next(iter(self.idle), None)
+            victim = next((c for c in self.idle if c.evictable()), None)  # oldest first; new ones last
             if victim is not None:
                 self.evicted += 1
                 victim.drop()
@@ -132,6 +147,9 @@ def protocol_class(settings: EngineSettings, cap: int, body_for: ErrorBody = nat
             self._deadline: asyncio.TimerHandle | None = None
             self._phase = "head"
             self._head_bytes = 0
+            self._head_tail = b""  # the last bytes of a head not yet ended: its end may straddle two reads
+            self._born = self.loop.time()
+            self._read_any = False  # evictable once it has sent something, or stayed silent FRESH_S
             self._health_only = False
             admitted = pool.admit(self)
             if admitted == "refuse":
@@ -145,6 +163,9 @@ def protocol_class(settings: EngineSettings, cap: int, body_for: ErrorBody = nat
             pool.forget(self)
             self._disarm()
             super().connection_lost(exc)
+
+        def evictable(self) -> bool:
+            return self._read_any or self.loop.time() - self._born >= FRESH_S
 
         def drop(self) -> None:
             """Close this idle connection to make room for a new one."""
@@ -196,13 +217,17 @@ def protocol_class(settings: EngineSettings, cap: int, body_for: ErrorBody = nat
         # -- bytes in ----------------------------------------------------------------------------------
 
         def data_received(self, data: bytes) -> None:
-            reading_head = self._phase in ("head", "partial", "idle")
-            super().data_received(data)
-            if reading_head and self._phase in ("head", "partial") and not self.transport.is_closing():
-                self._head_bytes += len(data)
+            self._read_any = True
+            if self._phase in ("head", "partial", "idle") and not self.transport.is_closing():
+                # counted before the parser sees the bytes: a whole head in one read is bounded too
+                end = head_end(self._head_tail, data)
+                self._head_bytes += len(data) if end < 0 else end
+                self._head_tail = (self._head_tail + data[-3:])[-3:] if end < 0 else b""
                 if self._head_bytes > settings.max_header_bytes:
                     limit = settings.max_header_bytes
                     self._refuse(HeadersTooLarge(f"the request head is over {limit:,} bytes (SHOAL_MAX_HEADER_BYTES)"))
+                    return
+            super().data_received(data)
 
         def send_400_response(self, msg: str) -> None:
             """A head the parser cannot read: 400 in JSON, in the family shape of its path when it got that far."""
@@ -216,12 +241,12 @@ def protocol_class(settings: EngineSettings, cap: int, body_for: ErrorBody = nat
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._phase = "partial"  # every head has its deadline, whatever the connection did before
-            self._head_bytes = 0
             self._arm(settings.head_timeout_s)
             if not self._answering():
                 pool.set_idle(self, True)
 
         def on_headers_complete(self) -> None:
+            self._head_bytes, self._head_tail = 0, b""  # the next head on this connection counts from zero
             if self._liveness_probe():
                 return
             self._phase = "body"

@@ -33,6 +33,7 @@ from engine.errors import (
     RequestTimeout,
     ShoalError,
     Unauthorized,
+    UnsupportedMediaType,
 )
 from engine.http.auth import METRICS_REFUSAL, Auth, bearer, key_in_query
 from engine.http.redact import Scrub
@@ -109,7 +110,7 @@ class Edge:
             if task is not None:
                 task.uncancel()  # the cancel was ours (the client hung up): the connection's task goes on
         except ShoalError as e:
-            if e.status == 413 and not ex.body_done:
+            if e.status in (413, 415) and not ex.body_done:  # refused unread: drop what is on its way
                 await self._drain(scope, receive, ex)
             await self._answer(scope, send, ex, e)
         except Exception:  # noqa: BLE001 - last resort: a typed 500, and the server stays up
@@ -150,6 +151,11 @@ class Edge:
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 raise PayloadTooLarge(
                     f"body of {int(value):,} bytes is over the limit of {limit:,} (SHOAL_MAX_BODY_BYTES)"
+                )
+            if name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+                encoding = value.decode("latin-1")[:40]
+                raise UnsupportedMediaType(
+                    f"Content-Encoding {encoding!r} is not supported; send the body uncompressed"
                 )
 
     # -- the route, with a bounded receive and a hang-up watcher -------------------------------------

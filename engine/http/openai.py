@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 
 from engine.errors import InvalidInput, ShoalError
 from engine.http.bodies import EmbeddingsBody, request_body
-from engine.http.replies import RouteFamily, engine_of, name_model, read_body
+from engine.http.replies import RouteFamily, engine_of, name_model, read_json_body
 from engine.runtime import AsyncEngine
 from engine.tasks.annotate import check_limits
 from engine.tasks.limits import check_count
@@ -92,7 +92,7 @@ def embeddings_response(model: str, result: EncodeResult, as_base64: bool) -> JS
 @router.post("/infinity/embeddings", openapi_extra=BODY)
 async def embeddings(request: Request) -> Response:
     engine = engine_of(request)
-    body = embeddings_body(await read_body(request), infinity=request.url.path != "/v1/embeddings")
+    body = embeddings_body(await read_json_body(request), infinity=request.url.path != "/v1/embeddings")
     model, texts = await input_texts(engine, body)
     name_model(request, model)
     req, as_base64 = embeddings_request(body, texts)

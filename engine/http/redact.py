@@ -1,5 +1,6 @@
 """Error messages that leave a server reveal none of its paths (local model folders off): each absolute
-filesystem path in a message becomes `<server path>`. URL paths of the API (/v1/..., /v2/...) stay."""
+filesystem path in a message becomes `<server path>`, in a local URL too (`lancedb://<server path>`). URL
+paths of the API (/v1/..., /v2/...) and of remote URLs stay."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from engine.tasks.results import JSONObject, JSONValue
 
 # an absolute path of two or more parts, not part of a URL, a model id ("org/name") or a relative path
 SERVER_PATH = re.compile(r"""(?<![\w.:/~-])/(?!v[12]/)[^\s'"/]+(?:/[^\s'"/]*)+""")
+# an embedded store's or a file URL's absolute path: `lancedb:///srv/data` (the scheme stays)
+LOCAL_URL = re.compile(r"""\b([a-z][a-z0-9+.-]*):///[^\s'"(),;]+""")
 Scrub = Callable[[str], str]
 
 
@@ -19,7 +22,7 @@ def _keep(message: str) -> str:
 
 
 def _hide(message: str) -> str:
-    return SERVER_PATH.sub("<server path>", message)
+    return SERVER_PATH.sub("<server path>", LOCAL_URL.sub(r"\1://<server path>", message))
 
 
 def scrubber(settings: EngineSettings) -> Scrub:

@@ -13,7 +13,7 @@ from engine.errors import PayloadTooLarge, ShoalError
 from engine.metrics import timed
 from engine.runtime import AsyncEngine
 from engine.tasks.results import JSONObject, Result, Timing
-from engine.wire import BodyLimits, Decoded, decode_body, encode_response, response_type
+from engine.wire import JSON, MSGPACK, BodyLimits, Decoded, decode_body, encode_response, response_type
 
 OFFLOAD_ITEMS = 32  # replies with more items than this are encoded off the event loop
 
@@ -67,20 +67,26 @@ async def native_reply(request: Request, result: Result) -> Response:
     return Response(data, media_type=media, headers=headers)
 
 
-async def read_body(request: Request) -> Decoded:
-    """The decoded body (msgpack or JSON by Content-Type), nesting and list lengths bounded. The edge has
-    bounded the body's size and time while it streamed in; a large body is decoded off the event loop, so
-    health checks never wait behind it."""
+async def read_body(request: Request, default_type: str = MSGPACK) -> Decoded:
+    """The decoded body (msgpack or JSON by Content-Type; `default_type` when none is sent), nesting and
+    list lengths bounded. The edge has bounded the body's size and time while it streamed in; a large body
+    is decoded off the event loop, so health checks never wait behind it."""
     settings = engine_of(request).settings
     raw = await request.body()
     if len(raw) > settings.max_body_bytes:  # the edge stops it first; this holds without the edge too
         raise PayloadTooLarge(f"body of {len(raw):,} bytes is over the limit of {settings.max_body_bytes:,}")
     limits = BodyLimits(settings.max_body_depth, max(settings.max_body_list, settings.max_items))
-    ctype = request.headers.get("content-type")
+    ctype = request.headers.get("content-type") or default_type
     with timed("decode"):
         if len(raw) > settings.offload_bytes:
             return await asyncio.to_thread(decode_body, raw, ctype, limits)
         return decode_body(raw, ctype, limits)
+
+
+async def read_json_body(request: Request) -> Decoded:
+    """The body of a JSON-only route (OpenAI, rerank, Cohere, TEI): JSON when no Content-Type is sent, as
+    those APIs' own servers read it (msgpack only when the client says so)."""
+    return await read_body(request, JSON)
 
 
 def engine_of(request: Request) -> AsyncEngine:

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from engine.errors import InvalidInput
 from engine.http.bodies import RerankBody, request_body
 from engine.http.openai import openai_error
-from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
+from engine.http.replies import RouteFamily, engine_of, name_model, read_json_body, timing_headers
 from engine.runtime import AsyncEngine
 from engine.tasks.limits import count_before_parsing
 from engine.tasks.requests import Item, ScoreOptions, ScoreRequest
@@ -124,7 +124,7 @@ async def documents_rerank(request: Request, body: DecodedMap) -> Response:
 @router.post("/v1/rerank", openapi_extra=BODY)
 @router.post("/infinity/rerank", openapi_extra=BODY)
 async def rerank_v1(request: Request) -> Response:
-    return await documents_rerank(request, as_map(await read_body(request), RERANK_BODY))
+    return await documents_rerank(request, as_map(await read_json_body(request), RERANK_BODY))
 
 
 FAMILY = RouteFamily(router, ("/v1/rerank", "/infinity/rerank"), openai_error)

@@ -1,5 +1,6 @@
-"""Running the app: uvicorn with the connection layer (deadlines, cap), the descriptor limit raised to fit
-the cap, and /metrics on its own port when configured (behind the metrics key when one is set)."""
+"""Running a server: uvicorn with the connection layer (deadlines, cap), the descriptor limit raised to fit
+the cap, and /metrics on its own port when configured (behind the metrics key when one is set); the one HTTP
+layer of `shoal serve` and `shoal mcp --transport http`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
@@ -16,7 +18,11 @@ from fastapi import FastAPI
 from engine.config import EngineSettings
 from engine.errors import Unauthorized
 from engine.http.auth import METRICS_REFUSAL, KeyRing, auth_from, bearer
-from engine.http.connections import native_body, protocol_class
+from engine.http.connections import ErrorBody, native_body, protocol_class
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.types import ASGIApp
 
 log = logging.getLogger("shoal.http")
 SPARE_FDS = 128  # descriptors kept for model files, sockets to NATS, logs
@@ -90,18 +96,29 @@ def start_metrics_server(settings: EngineSettings) -> WSGIServer:
     return server  # serving until the process ends, or its shutdown()
 
 
+def uvicorn_config(
+    app: ASGIApp, settings: EngineSettings, log_level: str = "info", body_for: ErrorBody = native_body, **more: Any
+) -> uvicorn.Config:
+    """uvicorn's config for any shoal server on a network (`shoal serve`, `shoal mcp --transport http`): the
+    connection layer's head and body deadlines, keep-alive, header limit and connection cap (engine.http.connections),
+    with `body_for` shaping the errors that layer answers itself. `more`: uvicorn's own options (host, port...)."""
+    import uvicorn
+
+    options: dict[str, Any] = {"host": settings.host, "port": settings.port, **more}
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        http=protocol_class(settings, connection_cap(settings), body_for),
+        timeout_keep_alive=max(1, round(settings.keep_alive_s)),
+        **options,
+    )
+
+
 def serve_app(app: FastAPI, settings: EngineSettings, log_level: str = "info") -> None:
     """Serve until SIGINT/SIGTERM."""
     import uvicorn
 
     if settings.metrics_port is not None:
         start_metrics_server(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        http=protocol_class(settings, connection_cap(settings), getattr(app.state, "error_body", native_body)),
-        timeout_keep_alive=max(1, round(settings.keep_alive_s)),
-    )
-    uvicorn.Server(config).run()
+    body_for = getattr(app.state, "error_body", native_body)
+    uvicorn.Server(uvicorn_config(app, settings, log_level, body_for)).run()

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from engine.errors import InvalidInput, ShoalError
 from engine.http.bodies import TeiEmbedBody, TeiPredictBody, TeiRerankBody, TeiTokenizeBody, request_body
 from engine.http.cohere import embed_reply
-from engine.http.replies import RouteFamily, engine_of, name_model, read_body, timing_headers
+from engine.http.replies import RouteFamily, engine_of, name_model, read_json_body, timing_headers
 from engine.http.rerank import RERANK_BODY, documents_rerank, model_query, raw, rerank, text_list
 from engine.runtime import AsyncEngine
 from engine.tasks.annotate import check_limits
@@ -111,7 +111,7 @@ def reply(content: JSONValue, result: EncodeResult) -> JSONResponse:
 @router.post("/embed", openapi_extra=request_body(TeiEmbedBody, msgpack=False))
 async def embed(request: Request) -> Response:
     """{inputs, normalize?, truncate?, prompt_name?, dimensions?} -> [[float]]."""
-    items, result = await encode(request, tei_body(await read_body(request)), "dense")
+    items, result = await encode(request, tei_body(await read_json_body(request)), "dense")
     return reply(dense_lists(items), result)
 
 
@@ -123,7 +123,7 @@ def dense_lists(items: list[EncodedItem]) -> list[JSONValue]:
 @router.post("/embed_sparse", openapi_extra=request_body(TeiEmbedBody, msgpack=False))
 async def embed_sparse(request: Request) -> Response:
     """{inputs, truncate?} -> [[{index, value}]] (a sparse model, e.g. SPLADE)."""
-    items, result = await encode(request, tei_body(await read_body(request)), "sparse")
+    items, result = await encode(request, tei_body(await read_json_body(request)), "sparse")
     out: list[JSONValue] = [
         [
             {"index": int(i), "value": float(v)}
@@ -138,7 +138,7 @@ async def embed_sparse(request: Request) -> Response:
 async def rerank_route(request: Request) -> Response:
     """TEI's {query, texts, truncate?, raw_scores?, return_text?} -> [{index, score, text?}]; with
     `documents` instead, the /v1/rerank shape (engine.http.rerank)."""
-    body = as_map(await read_body(request), RERANK_BODY)
+    body = as_map(await read_json_body(request), RERANK_BODY)
     if "texts" not in body and "documents" in body:
         return await documents_rerank(request, body)
     engine = engine_of(request)
@@ -177,7 +177,7 @@ def text_pair(value: Decoded) -> tuple[str, str] | None:
 @router.post("/predict", openapi_extra=request_body(TeiPredictBody, msgpack=False))
 async def predict(request: Request) -> Response:
     """{inputs: [text, pair] | [[text, pair]], raw_scores?, truncate?} -> [{score, label}] (per pair)."""
-    body = tei_body(await read_body(request))
+    body = tei_body(await read_json_body(request))
     engine = engine_of(request)
     model = model_of(request, body, engine.settings.default_rerank_model)
     pairs, batch = pairs_of(body.get("inputs"))
@@ -194,7 +194,7 @@ async def predict(request: Request) -> Response:
 @router.post("/tokenize", openapi_extra=request_body(TeiTokenizeBody, msgpack=False))
 async def tokenize(request: Request) -> Response:
     """{inputs: str | [str], add_special_tokens?} -> [[{id, text, special, start, stop}]]."""
-    body = tei_body(await read_body(request))
+    body = tei_body(await read_json_body(request))
     engine = engine_of(request)
     model = model_of(request, body, engine.settings.default_model)
     value = body.get("inputs")
@@ -243,7 +243,7 @@ async def root(request: Request) -> Response:
     """huggingface_hub's InferenceClient: {inputs: {source_sentence, sentences}} -> similarity scores;
     any other `inputs` -> feature extraction ([[float]]); a Cohere embed body ({texts, ...}, what litellm's
     cohere/ route posts to its api_base) -> Cohere v1's answer."""
-    raw = await read_body(request)
+    raw = await read_json_body(request)
     if isinstance(raw, dict) and "texts" in raw and "inputs" not in raw:  # a Cohere embed body (litellm cohere/)
         return await embed_reply(request, raw, v1=True)
     body = tei_body(raw)

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from engine.arch.layers import PackedBatch
 from engine.catalogue.inference import read_json
-from engine.catalogue.weights import AdapterPolicy
+from engine.catalogue.weights import AdapterPolicy, adapter_digest, adapter_signature
 from engine.errors import ModelLoadFailed
 from engine.metrics import LORA_CACHE
 from engine.model.quantize import Int8Linear
@@ -127,7 +127,9 @@ def install(backbone: nn.Module, adapter: Adapter) -> None:
 
 
 class AdapterCache:
-    """Loaded adapters per (model id, adapter name), least recently used dropped past `capacity`; thread-safe.
+    """Loaded adapters per (model id, adapter content digest, precision), least recently used dropped past
+    `capacity`; thread-safe. Keyed on the content, not the folder: an adapter rewritten in place (a taxonomy
+    fit's re-tune) is read again, and the same files under two names are read once.
 
     One cache per residency manager (engine.residency), handed to every model it loads; `lora_dir` is the
     folder adapter names are looked up in (engine.catalogue.weights.resolve_adapter).
@@ -139,12 +141,29 @@ class AdapterCache:
         self.capacity = max(1, capacity)
         self.policy = AdapterPolicy.of(lora_dir, local, folders)  # where adapter names may point
         self._items: OrderedDict[tuple[str, str, str], Adapter] = OrderedDict()
+        self._digests: OrderedDict[Path, tuple[tuple[int, ...], str]] = OrderedDict()  # folder -> (stat, digest)
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, model: str, name: str, load: Callable[[], Adapter], precision: str = "float32") -> Adapter:
-        """The cached adapter, or `load()`'s (then cached); read apart for each precision the model runs in."""
-        key = (model, name, precision)
+    def digest(self, folder: Path) -> str:
+        """The folder's content digest, recomputed only when its files' (inode, size, mtime) change."""
+        signature = adapter_signature(folder)
+        with self._lock:
+            known = self._digests.get(folder)
+            if known is not None and known[0] == signature:
+                self._digests.move_to_end(folder)
+                return known[1]
+        digest = adapter_digest(folder)
+        with self._lock:
+            self._digests[folder] = (signature, digest)
+            while len(self._digests) > 4 * self.capacity:
+                self._digests.popitem(last=False)
+        return digest
+
+    def get(self, model: str, folder: Path, load: Callable[[], Adapter], precision: str = "float32") -> Adapter:
+        """The cached adapter of the folder's current content, or `load()`'s (then cached); read apart for each
+        precision the model runs in."""
+        key = (model, self.digest(folder), precision)
         with self._lock:
             adapter = self._items.get(key)
             if adapter is not None:

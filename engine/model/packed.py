@@ -135,12 +135,13 @@ class PackedModel:
     def use_adapter(self, name: str) -> lora.Adapter:
         """The LoRA adapter `name`, loaded (cached) and hooked into the backbone; raises if it is unusable."""
 
+        _, folder = resolve_adapter(self.card, name, self.adapters.policy)
+
         def read() -> lora.Adapter:
-            _, folder = resolve_adapter(self.card, name, self.adapters.policy)
             renames = FAMILIES[self.card.family].renames
             return lora.read_adapter(name, folder, renames, self.device, self.dtype)
 
-        adapter = self.adapters.get(self.card.id, name, read, self.precision.name)
+        adapter = self.adapters.get(self.card.id, folder, read, self.precision.name)
         lora.install(self.backbone, adapter)
         return adapter
 

@@ -79,8 +79,8 @@ def fit_command(
                 tuner = local_tuner(encoder_of(name), work, bar) if tune else None
                 async with AsyncEngine(retry=RetryPolicy()) as engine:
                     result = await fit(t, ModelBackend(engine, settings.batch_size), name, rows, folds, tuner)
+        save_fitted(target, t, name, result)  # the index first, recording its adapter's digest; then the adapter
         place_adapter(target, result)
-        save_fitted(target, t, name, result)
         return result.report
 
     import tempfile
@@ -116,14 +116,15 @@ def place_adapter(target: Path, result: FitResult) -> None:
     """Move a tuned fit's adapter beside the fitted index (replacing an older one); drop a stale one."""
     import shutil
 
+    from agent_tools.adapter_files import place
     from agent_tools.taxonomy_tune import adapter_folder
 
     folder = adapter_folder(target)
-    if folder.exists():
-        shutil.rmtree(folder)
     if result.lora is not None:
-        shutil.move(result.lora, folder)
+        place(Path(result.lora), folder)
         result.lora = str(folder)
+    elif folder.exists():
+        shutil.rmtree(folder)
 
 
 def encoder_of(model: str) -> Encoder:

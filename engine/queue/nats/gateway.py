@@ -4,7 +4,8 @@ The gateway knows what it has in flight (each waiting task's subject and message
 NATS comes back after a loss (a server restart: a reply sent meanwhile on core NATS is gone, and a memory
 store loses the task itself), every task still waiting is published again under a fresh message id; the
 first answer wins and a second is counted as a duplicate. A task that cannot be re-sent within
-REPUBLISH_S is answered 503 QUEUE_FULL (retryable) rather than left to wait for its deadline.
+REPUBLISH_S is answered 503 QUEUE_FULL (retryable) rather than left to wait for its deadline. A task for a
+model no worker pulls (engine/queue/nats/presence.py) is answered 503 NO_WORKER before it is published.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from nats.js import JetStreamContext
 
 from engine.aio import cancel_and_wait
 from engine.config import EngineSettings
-from engine.errors import InternalError, PayloadTooLarge, QueueFull
+from engine.errors import InternalError, NoWorker, PayloadTooLarge, QueueFull
 from engine.metrics import MODEL_PENDING, QUEUE_DUPLICATES, QUEUE_PENDING, QUEUE_REPUBLISHED
 from engine.queue.nats.connection import NATS_ERRORS
 from engine.queue.nats.dead import on_max_deliveries
 from engine.queue.nats.messages import answer_error, pack_work, read_answer
+from engine.queue.nats.presence import RETRY_S, Roll
 from engine.queue.nats.subjects import BELL, MAX_DELIVERIES, WORK, subject_token
 from engine.queue.protocol import Result
 from engine.tasks.task import Task
@@ -49,6 +51,7 @@ class GatewaySide:
         self._sent: dict[str, tuple[str, bytes]] = {}  # waiting task id -> (subject, message) as published
         self._reconnects = 0
         self.republished = 0  # tasks published again after a reconnect (tests read it)
+        self.roll = Roll(nc)  # which workers are there (engine/queue/nats/presence.py)
 
     async def start(self) -> None:
         self._inbox = self.nc.new_inbox()
@@ -60,14 +63,19 @@ class GatewaySide:
         await self.nc.subscribe(advisories, cb=self._on_max_deliveries)
 
     async def submit(self, task: Task) -> Result:
+        if not self.nc.is_connected:  # reconnecting: a publish would wait out its 5 s timeout for the same 503
+            raise QueueFull("the queue is unreachable (reconnecting to NATS); retry later", retry_after=1.0)
         limit = self.settings.queue_pending_limit
         if self._pending >= limit:
             raise QueueFull(f"{self._pending} tasks are pending (limit {limit}); retry later", retry_after=1.0)
         token = subject_token(task.model)
-        self._models.setdefault(token, task.model)
         data = pack_work(task, f"{self._inbox}.{task.id}")
         if len(data) > self.nc.max_payload:
             raise PayloadTooLarge(f"the request is {len(data)} bytes, over the queue's limit of {self.nc.max_payload}")
+        served = await self.roll.serves(token)
+        if not served and self.settings.queue_worker_wait_s == 0:
+            raise self._no_worker(task.model)
+        self._models.setdefault(token, task.model)
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._waiting[task.id] = future
         try:
@@ -86,10 +94,33 @@ class GatewaySide:
             self._published += 1
             with contextlib.suppress(*NATS_ERRORS):
                 await self.nc.publish(f"{BELL}.{token}", b"")
-            return await future
+            if served:
+                return await future
+            watch = asyncio.create_task(self._await_worker(task.model, token, future))
+            try:
+                return await future
+            finally:
+                watch.cancel()
         finally:
             self._waiting.pop(task.id, None)
             self._sent.pop(task.id, None)
+
+    def _no_worker(self, model: str) -> NoWorker:
+        return NoWorker(
+            f"no worker is pulling model {model!r} from the queue; start one (`shoal worker`) that serves it"
+        )
+
+    async def _await_worker(self, model: str, token: str, future: asyncio.Future[Result]) -> None:
+        """A published task no worker pulls yet: 503 NO_WORKER unless one appears within queue_worker_wait_s
+        (an autoscaler waking a pool on the backlog this task adds)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.settings.queue_worker_wait_s
+        while loop.time() < until:
+            await asyncio.sleep(min(RETRY_S, max(0.0, until - loop.time())))
+            if await self.roll.serves(token):
+                return
+        if not future.done():
+            future.set_exception(self._no_worker(model))
 
     async def _watch_reconnects(self) -> None:
         """After each reconnect, publish again every task still waiting (its answer may be lost)."""
@@ -168,6 +199,7 @@ class GatewaySide:
     async def close(self) -> None:
         await cancel_and_wait(self._bg)
         self._bg.clear()
+        await self.roll.close()
         for f in self._waiting.values():
             if not f.done():
                 f.set_exception(InternalError("the gateway shut down before this request was answered"))

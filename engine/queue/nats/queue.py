@@ -55,6 +55,15 @@ class NatsQueue:
     async def depth(self) -> int:
         return await self.gateway.depth() if self.gateway is not None else 0
 
+    async def workers(self) -> int | None:
+        """How many workers answer the roll call now (None: this side has no gateway)."""
+        if self.gateway is None:
+            return None
+        try:
+            return await self.gateway.roll.call()
+        except NATS_ERRORS:
+            return 0
+
     async def close(self) -> None:
         for side in (self.gateway, self.worker):
             if side is not None:

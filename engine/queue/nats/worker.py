@@ -24,6 +24,7 @@ from engine.queue.nats.connection import NATS_ERRORS
 from engine.queue.nats.dead import dead_letter
 from engine.queue.nats.delivery import NatsDelivery
 from engine.queue.nats.messages import read_work
+from engine.queue.nats.presence import answer_roll
 from engine.queue.nats.subjects import BELL, WORK, consumer_name, subject_token
 from engine.queue.protocol import Delivery
 from engine.tasks.task import Task
@@ -49,6 +50,7 @@ class WorkerSide:
         """Listen for the bell, and create the durable consumers of the allow-listed models now, so that an
         autoscaler reading consumer lag (KEDA) sees their backlog before this pool has ever pulled."""
         await self.nc.subscribe(f"{BELL}.>", cb=self._on_bell)
+        await answer_roll(self.nc, self.allow)  # gateways ask which models have a worker
         for model in self.settings.worker_models or []:
             await self._consumer(subject_token(model))
         self._bg.append(asyncio.create_task(self._keep_alive(), name="shoal-nats-keepalive"))
