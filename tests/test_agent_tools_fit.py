@@ -96,7 +96,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
     shutil.copy(DATA / "support.yaml", taxonomy)
     r = CliRunner().invoke(app, ["taxonomy", "fit", str(taxonomy), "--labelled", str(DATA / "support.jsonl")])
     assert r.exit_code == 0, r.output
-    return taxonomy, json.loads(r.output)
+    return taxonomy, json.loads(r.stdout)
 
 
 @pytest.mark.slow

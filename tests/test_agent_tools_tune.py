@@ -131,7 +131,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
     labelled.write_text("".join((DATA / "support.jsonl").read_text().splitlines(keepends=True)[:60]))
     r = CliRunner().invoke(app, ["taxonomy", "fit", str(taxonomy), "--labelled", str(labelled), "--tune"])
     assert r.exit_code == 0, r.output
-    return taxonomy, json.loads(r.output[r.output.index("{") :])
+    return taxonomy, json.loads(r.stdout)
 
 
 @pytest.mark.slow
