@@ -180,6 +180,7 @@ def test_nats_server_restart_gateway_and_workers_reconnect(ns: NatsServer, tiny_
 
 def test_backpressure_503_then_expired_tasks_dropped_unrun(ns: NatsServer, tiny_bert: Path) -> None:
     env = {"SHOAL_QUEUE_PENDING_LIMIT": "3", "SHOAL_QUEUE_PENDING_REFRESH_S": "0.1", "SHOAL_REQUEST_TIMEOUT_S": "3"}
+    env["SHOAL_QUEUE_WORKER_WAIT_S"] = "60"  # a pool scaled to zero: tasks wait for a worker instead of NO_WORKER
     gw = gateway(ns.url, env={**LOCAL, **env})
     worker = None
     try:
