@@ -26,7 +26,7 @@ from engine.model.loaded import Loader
 from engine.model.loader import load
 from engine.model.memory import FaultInjector
 from engine.model.precision import available
-from engine.model.threads import apply_threads
+from engine.model.threads import apply_threads, hold_compute_thread, release_compute_thread
 from engine.model.tokenizer import TextTokenizer, tokenizer_for
 from engine.queue.admission import Admission
 from engine.queue.local import InProcessQueue
@@ -80,6 +80,7 @@ class AsyncEngine(ModelCalls):
         self._faults = faults
         self._run_worker = worker
         self._tasks: list[asyncio.Task[None]] = []
+        self._holds_compute = False
         self.ready = False
         self.draining = False
         self.stream_window = self.settings.stream_window
@@ -100,6 +101,8 @@ class AsyncEngine(ModelCalls):
         if self.queue is None:
             self.queue = InProcessQueue()
         if self._run_worker:
+            hold_compute_thread()
+            self._holds_compute = True
             self.worker = Worker(self.queue, self.registry, self.settings, faults=self._faults)
             self._tasks.append(asyncio.create_task(self.worker.run(), name="shoal-worker"))
             if self.settings.idle_release_s > 0:  # an idle worker gives freed memory back to the OS
@@ -117,6 +120,9 @@ class AsyncEngine(ModelCalls):
         await self.registry.aclose()
         if self.queue is not None:
             await self.queue.close()
+        if self._holds_compute:
+            self._holds_compute = False
+            await asyncio.to_thread(release_compute_thread)  # joins the compute thread when no engine runs
 
     async def __aenter__(self) -> AsyncEngine:
         return await self.start()

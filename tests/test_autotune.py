@@ -102,8 +102,8 @@ def test_one_slow_timed_run_does_not_decide(tiny: str, monkeypatch: pytest.Monke
     runs: dict[str, int] = {}
     real = autotune.gate_run
 
-    def gate_run(model: PackedModel, data: object = None) -> object:
-        run = real(model, data)  # type: ignore[arg-type]
+    def gate_run(model: PackedModel, data: object = None, stop: object = None) -> object:
+        run = real(model, data, stop)  # type: ignore[arg-type]
         name = model.precision.name
         runs[name] = runs.get(name, 0) + 1
         # fixed times, not measured ones (a real float32 run on a loaded machine can be 1.5x faster than the

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from engine.client.calls import EncodeResult, ExtractResult, Item, ItemT, ModelCalls, ScoreResult
 from engine.client.http import AsyncClient
+from engine.client.loop import EXIT_PATIENCE_S, Closable, LoopThread, close_at_exit, forget
 from engine.client.retry import RetryPolicy
-from engine.errors import ShoalError
 from engine.tasks.extract import ExtractBody
 from engine.tasks.requests import EncodeBody, Options, ScoreBody
 from engine.tasks.results import EncodeResult as EncodeAnswer
@@ -22,28 +21,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 C = TypeVar("C", bound=ModelCalls)
-
-
-class LoopThread:
-    """An event loop on a daemon thread; `run` executes a coroutine there and blocks for its result."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="shoal-loop", daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[object, None, T]) -> T:
-        """The coroutine's result; a ShoalError is raised here with the loop thread's frames left out, so a
-        script that does not catch it shows the caller's lines and the one-line message."""
-        try:
-            return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-        except ShoalError as e:
-            raise e.with_traceback(None) from None
-
-    def stop(self) -> None:
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=5)
 
 
 class LoopBridge(ModelCalls):
@@ -79,14 +56,22 @@ class LoopBridge(ModelCalls):
         """Nothing: the facade owns the core, and its `close()` stops it."""
 
 
-class SyncFacade(Generic[C]):
+class SyncFacade(Closable, Generic[C]):
     """Blocking encode / score / models over an async core (AsyncEngine or AsyncClient) made on the loop thread;
-    `aio` is the same core for async callers (the pipeline, the agent tools) on any other event loop."""
+    `aio` is the same core for async callers (the pipeline, the agent tools) on any other event loop.
+
+    `close()`, a `with` block, or interpreter exit (when neither came) stops the core and joins its threads."""
 
     def __init__(self, make: Callable[[], Coroutine[object, None, C]]) -> None:
         self._loop = LoopThread()
-        self._core: C = self._loop.run(make())
+        try:
+            self._core: C = self._loop.run(make())
+        except BaseException:
+            self._loop.stop()
+            raise
         self.aio: ModelCalls = LoopBridge(self._core, self._loop)
+        self._closed = False
+        close_at_exit(self)
 
     def _run(self, coro: Coroutine[object, None, T]) -> T:
         return self._loop.run(coro)
@@ -194,9 +179,19 @@ class SyncFacade(Generic[C]):
         return self._run(self._core.models())
 
     def close(self) -> None:
-        """Stop the core and its loop thread."""
+        """Stop the core (its background precision tune at once, its worker) and join its threads; idempotent."""
+        self._close(None)
+
+    def close_at_exit(self) -> None:
+        self._close(EXIT_PATIENCE_S)
+
+    def _close(self, timeout: float | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        forget(self)
         try:
-            self._run(self._core.close())
+            self._loop.run(self._core.close(), timeout)
         finally:
             self._loop.stop()
 
