@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import httpx
 
 from engine.client.calls import ModelCalls
 from engine.client.retry import RetryPolicy, retry_after_seconds
 from engine.errors import InternalError, ShoalError, Unreachable, error_from_code
+from engine.tasks.checked import checked_reply
 from engine.tasks.extract import ExtractBody
 from engine.tasks.requests import EncodeBody, ScoreBody
-from engine.tasks.results import EncodeResult, ExtractResult, ScoreResult
+from engine.tasks.results import EncodeReply, ExtractReply, ScoreReply
 from engine.wire import JSON, MSGPACK, Decoded, decode_body, dumps_json, packb
 
 
@@ -93,15 +94,18 @@ class AsyncClient(ModelCalls):
         r = await self._send("POST", path, content=content, headers={"Content-Type": media, "Accept": media})
         return decode_body(r.content, r.headers.get("content-type"))
 
-    # the server answers each with its native wire result (docs/API.md); decoding leaves it untyped
-    async def encode_body(self, model: str, body: EncodeBody) -> EncodeResult:
-        return cast(EncodeResult, await self._post(f"/v1/encode/{model}", body))
+    # the server answers each with its native wire result (docs/API.md), checked here against its type
+    async def encode_body(self, model: str, body: EncodeBody) -> EncodeReply:
+        path = f"/v1/encode/{model}"
+        return checked_reply("encode", await self._post(path, body), f"the server's reply to POST {path}")
 
-    async def score_body(self, model: str, body: ScoreBody) -> ScoreResult:
-        return cast(ScoreResult, await self._post(f"/v1/score/{model}", body))
+    async def score_body(self, model: str, body: ScoreBody) -> ScoreReply:
+        path = f"/v1/score/{model}"
+        return checked_reply("score", await self._post(path, body), f"the server's reply to POST {path}")
 
-    async def extract_body(self, model: str, body: ExtractBody) -> ExtractResult:
-        return cast(ExtractResult, await self._post(f"/v1/extract/{model}", body))
+    async def extract_body(self, model: str, body: ExtractBody) -> ExtractReply:
+        path = f"/v1/extract/{model}"
+        return checked_reply("extract", await self._post(path, body), f"the server's reply to POST {path}")
 
     async def models(self) -> list[dict[str, Any]]:
         r = await self._send("GET", "/v1/models", headers={"Accept": JSON})

@@ -26,7 +26,7 @@ from engine.queue.nats.connection import NATS_ERRORS
 from engine.queue.nats.dead import on_max_deliveries
 from engine.queue.nats.messages import answer_error, pack_work, read_answer
 from engine.queue.nats.subjects import BELL, MAX_DELIVERIES, WORK, subject_token
-from engine.queue.protocol import Result
+from engine.queue.protocol import Reply
 from engine.tasks.task import Task
 
 log = logging.getLogger("shoal.nats")
@@ -40,7 +40,7 @@ class GatewaySide:
     def __init__(self, nc: NATS, js: JetStreamContext, settings: EngineSettings) -> None:
         self.nc, self.js, self.settings = nc, js, settings
         self.refreshes = 0  # pending-count refreshes completed so far (tests wait on it)
-        self._waiting: dict[str, asyncio.Future[Result]] = {}
+        self._waiting: dict[str, asyncio.Future[Reply]] = {}
         self._pending = 0
         self._published = 0  # publishes so far; tells a pending-count refresh that raced one
         self._models: dict[str, str] = {}  # subject token -> model id of every model submitted (catalogue-bounded)
@@ -59,7 +59,7 @@ class GatewaySide:
         advisories = f"{MAX_DELIVERIES}.{self.settings.queue_stream}.*"
         await self.nc.subscribe(advisories, cb=self._on_max_deliveries)
 
-    async def submit(self, task: Task) -> Result:
+    async def submit(self, task: Task) -> Reply:
         limit = self.settings.queue_pending_limit
         if self._pending >= limit:
             raise QueueFull(f"{self._pending} tasks are pending (limit {limit}); retry later", retry_after=1.0)
@@ -68,7 +68,7 @@ class GatewaySide:
         data = pack_work(task, f"{self._inbox}.{task.id}")
         if len(data) > self.nc.max_payload:
             raise PayloadTooLarge(f"the request is {len(data)} bytes, over the queue's limit of {self.nc.max_payload}")
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiting[task.id] = future
         try:
             try:
