@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -25,6 +26,7 @@ from engine.metrics import timed
 from engine.model import lora, memory
 from engine.model.checkpoint import FAMILIES
 from engine.model.heads import CardHeads
+from engine.model.packing import pack_by_budget
 from engine.model.precision import DeviceProfile, cpu_features, device_profile, supported
 from engine.model.quantize import quantize_linears
 from engine.model.readout import OutputSpec, Readout
@@ -192,6 +194,28 @@ class PackedModel:
         hidden, batch = self.forward(seqs)  # [T, hidden]
         with timed("postprocess"):
             return self.heads.read(hidden, batch, seqs, spec)
+
+    @torch.inference_mode()
+    def read_all(
+        self,
+        seqs: list[Encoded],
+        spec: OutputSpec,
+        max_tokens: int,
+        max_items: int,
+        on_batch: Callable[[int, int], None] | None = None,
+    ) -> Readout:
+        """The outputs `spec` names of every sequence, in `seqs` order: shortest first in packed batches under
+        `max_tokens` and `max_items`, each batch one `read`; `on_batch(items, tokens)` after each. The worker's
+        handlers and the quality gate both read through this, so the gate measures what serves."""
+        parts: list[Readout] = []
+        order: list[int] = []
+        for batch in pack_by_budget([len(s.ids) for s in seqs], max_tokens, max_items):
+            part = self.read([seqs[i] for i in batch], spec)
+            parts.append(part)
+            order.extend(batch)
+            if on_batch is not None:
+                on_batch(len(batch), part.tokens)
+        return Readout.gather(parts, order)
 
     @torch.inference_mode()
     def embed(self, seqs: Sequences) -> Tensor:

@@ -26,9 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.errors import InvalidInput
-from engine.model.heads import maxsim_scores
+from engine.model.heads import maxsim_scores, sentence_vectors
 from engine.model.packed import PackedModel
-from engine.model.packing import pack_by_budget
 from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded
 from engine.residency.reports import GateFigures
@@ -38,7 +37,7 @@ GATE_SET = Path(__file__).parent / "data" / "gate.jsonl"
 MIN_COSINE = 0.995  # mean over the gate set's texts
 MIN_WORST_COSINE = 0.99  # every single text
 MAX_NDCG_DROP = 0.01
-TOKEN_BUDGET = 4096
+MAX_ITEMS = 256  # sequences one gate batch may take (a worker's default item cap)
 
 
 @dataclass(frozen=True)
@@ -163,30 +162,27 @@ def _cosines(ref: list[Tensor], got: list[Tensor]) -> Tensor:
     return torch.stack([F.cosine_similarity(a, b, dim=-1).mean() for a, b in zip(ref, got, strict=True)])
 
 
-@torch.inference_mode()
 def _run(model: PackedModel, seqs: list[Encoded], spec: OutputSpec, stop: threading.Event | None) -> Readout:
-    """The outputs `spec` names of every sequence, over packed batches (the model asked once per batch); in
-    `seqs` order."""
-    parts, order = [], []
-    for batch in pack_by_budget([len(s.ids) for s in seqs], TOKEN_BUDGET, 256):
-        check(stop)
-        parts.append(model.read([seqs[i] for i in batch], spec))
-        order.extend(batch)
-    return Readout.gather(parts, order)
+    """The outputs `spec` names of every sequence, read as a worker reads them (PackedModel.read_all, packed
+    under the card's token budget); TuneStopped before the next batch once `stop` is set."""
+    check(stop)
+    budget = model.precision.profile.max_batch_tokens
+    return model.read_all(seqs, spec, budget, MAX_ITEMS, lambda items, tokens: check(stop))
 
 
 def _outputs(
     model: PackedModel, texts: list[str], is_query: bool, stop: threading.Event | None
 ) -> tuple[list[Tensor], int]:
-    """The card's main encode output per text: a normalised dense vector, SPLADE weights over the vocabulary,
-    or normalised token vectors."""
+    """The card's main encode output per text, as an encode request with the card's defaults gets it: the
+    card's prefix (ModelCard.prefix), its normalisation (sentence_vectors, as the encode handler shapes a dense
+    vector), SPLADE weights over the vocabulary, or token vectors."""
     card = model.card
-    prefix = (card.query_instruction if is_query else card.document_instruction) or ""
+    prefix = card.prefix(is_query)
     seqs = model.encode_texts([prefix + t for t in texts], truncate=True, is_query=is_query)
     tokens = sum(len(s.ids) for s in seqs)
     if "dense" in card.outputs:
         rows = _run(model, seqs, OutputSpec.of("dense"), stop).dense
-        return [F.normalize(r, dim=-1) for r in rows], tokens
+        return list(sentence_vectors(torch.stack(rows), None, card.normalize)), tokens
     if "sparse" in card.outputs:
         weights = _run(model, seqs, OutputSpec.of("sparse"), stop).sparse
         return [_densify(ids, vals, model.vocab_size) for ids, vals in weights], tokens
