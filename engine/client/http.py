@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import httpx
 
@@ -36,6 +36,16 @@ def raise_for_error(response: httpx.Response) -> None:
     raise err
 
 
+class ClientOptions(TypedDict, total=False):
+    """How an HTTP client talks to its server (AsyncClient and Client take the same)."""
+
+    api_key: str | None  # sent as 'Authorization: Bearer KEY'
+    timeout: float  # seconds per request (default 300)
+    use_json: bool  # JSON bodies instead of msgpack
+    max_items: int | None  # items per request; default: the server's /info cap
+    retry: RetryPolicy | None  # Retry-After handling; default RetryPolicy()
+
+
 FALLBACK_ITEM_CAP = 512  # items per request when the server does not say its cap (GET /info)
 
 
@@ -48,22 +58,14 @@ class AsyncClient(ModelCalls):
     `retry` (default `RetryPolicy()`: 5 attempts, 120 s of waiting in all; `RetryPolicy(attempts=1)` never retries).
     """
 
-    def __init__(
-        self,
-        url: str = "http://127.0.0.1:8080",
-        *,
-        api_key: str | None = None,
-        timeout: float = 300.0,
-        use_json: bool = False,
-        max_items: int | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
+    def __init__(self, url: str = "http://127.0.0.1:8080", **options: Unpack[ClientOptions]) -> None:
+        api_key = options.get("api_key")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, headers=headers)
-        self._json = use_json
-        self._cap = max_items
-        self.retry = retry or RetryPolicy()
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=options.get("timeout", 300.0), headers=headers)
+        self._json = options.get("use_json", False)
+        self._cap = options.get("max_items")
+        self.retry = options.get("retry") or RetryPolicy()
 
     async def item_cap(self) -> int:
         """The server's per-request item limit, asked once (GET /info); FALLBACK_ITEM_CAP if it does not say."""

@@ -20,9 +20,8 @@ from engine.client.calls import (
     ScoreArgs,
     ScoreResult,
 )
-from engine.client.http import AsyncClient
+from engine.client.http import AsyncClient, ClientOptions
 from engine.client.loop import EXIT_PATIENCE_S, Closable, LoopThread, close_at_exit, forget
-from engine.client.retry import RetryPolicy
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -167,19 +166,8 @@ class SyncFacade(Closable, Generic[C]):
 class Client(SyncFacade[AsyncClient]):
     """Blocking HTTP client; the same calls (and the same Retry-After `retry` policy) as AsyncClient."""
 
-    def __init__(
-        self,
-        url: str = "http://127.0.0.1:8080",
-        *,
-        api_key: str | None = None,
-        timeout: float = 300.0,
-        use_json: bool = False,
-        max_items: int | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
+    def __init__(self, url: str = "http://127.0.0.1:8080", **options: Unpack[ClientOptions]) -> None:
         async def make() -> AsyncClient:
-            return AsyncClient(
-                url, api_key=api_key, timeout=timeout, use_json=use_json, max_items=max_items, retry=retry
-            )
+            return AsyncClient(url, **options)
 
         super().__init__(make)

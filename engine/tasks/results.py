@@ -72,7 +72,7 @@ class MultiVector(TypedDict):
 class SparseVector(TypedDict):
     """One text's vocabulary weights: the non-zero ids and their weights."""
 
-    dims: int
+    dims: NotRequired[int]  # the vocabulary size; shoal always sends it, the wire contract makes it optional
     dtype: str
     indices: Values
     values: Values
@@ -91,7 +91,7 @@ class EncodeReply(TypedDict):
     """An encode task's answer, in input order."""
 
     items: list[EncodedItem]
-    usage: Usage
+    usage: NotRequired[Usage]  # shoal always sends it; other SIE-compatible servers may not
     timing: NotRequired[Timing]
     model: NotRequired[str]
     precision: NotRequired[str]  # the precision of the model that served it
@@ -109,7 +109,7 @@ class ScoreReply(TypedDict):
     """A score task's answer, best first."""
 
     scores: list[ScoreEntry]
-    usage: Usage
+    usage: NotRequired[Usage]  # shoal always sends it; other SIE-compatible servers may not
     query_id: NotRequired[str]
     timing: NotRequired[Timing]
     model: NotRequired[str]
@@ -146,7 +146,7 @@ class ExtractReply(TypedDict):
     """An extract task's answer, in input order."""
 
     items: list[ExtractedItem]
-    usage: Usage
+    usage: NotRequired[Usage]  # shoal always sends it; other SIE-compatible servers may not
     timing: NotRequired[Timing]
     model: NotRequired[str]
     precision: NotRequired[str]  # the precision of the model that served it
