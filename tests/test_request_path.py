@@ -41,7 +41,7 @@ MAX_EDGE_CALLS = 2  # calls across one edge for one request: down, and back
 # does part of the model's work: tokenising, packing and splitting are separate calls); lower these as the
 # model seam takes them, never raise them.
 OVER_TWO: dict[Edge, int] = {
-    ("worker", "model"): 10,  # max_len, encode_texts/encode_pairs, pack_by_budget, read, gather, split, ...
+    ("worker", "model"): 8,  # max_len, encode_texts/encode_pairs, OutputSpec.of, read_all, split, sentence_vectors
     ("model", "arch"): 5,  # PackedBatch.from_token_lists, num_tokens, the forward, pooling, normalising
     ("worker", "residency"): 4,  # resident, is_loaded, use
     ("runtime", "catalogue"): 4,  # Catalogue.get, check_serves

@@ -27,11 +27,11 @@ from torch import Tensor
 
 from engine.errors import InvalidInput
 from engine.model.heads import maxsim_scores, sentence_vectors
-from engine.model.packed import PackedModel
+from engine.model.packed import PackedModel, ReadCancelled
 from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded
 from engine.residency.reports import GateFigures
-from engine.residency.stop import check
+from engine.residency.stop import TuneStopped
 
 GATE_SET = Path(__file__).parent / "data" / "gate.jsonl"
 MIN_COSINE = 0.995  # mean over the gate set's texts
@@ -165,9 +165,11 @@ def _cosines(ref: list[Tensor], got: list[Tensor]) -> Tensor:
 def _run(model: PackedModel, seqs: list[Encoded], spec: OutputSpec, stop: threading.Event | None) -> Readout:
     """The outputs `spec` names of every sequence, read as a worker reads them (PackedModel.read_all, packed
     under the card's token budget); TuneStopped before the next batch once `stop` is set."""
-    check(stop)
-    budget = model.precision.profile.max_batch_tokens
-    return model.read_all(seqs, spec, budget, MAX_ITEMS, lambda items, tokens: check(stop))
+    try:
+        read, _ = model.read_all(seqs, spec, model.precision.profile.max_batch_tokens, MAX_ITEMS, stop)
+    except ReadCancelled:
+        raise TuneStopped from None
+    return read
 
 
 def _outputs(

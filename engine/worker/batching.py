@@ -24,5 +24,10 @@ def run_packed(
     model: PackedModel, seqs: list[Encoded], limits: BatchLimits, spec: OutputSpec, on_batch: BatchHook | None = None
 ) -> Readout:
     """The outputs `spec` names of every sequence, in `seqs` order, under this worker's batch limits: one call
-    into the model, which packs, reads each batch and gathers (PackedModel.read_all)."""
-    return model.read_all(seqs, spec, limits.max_tokens, limits.max_items, on_batch)
+    into the model, which packs, reads each batch and gathers (PackedModel.read_all); then `on_batch(items,
+    tokens)` for each batch it ran, here on the worker's side."""
+    read, sizes = model.read_all(seqs, spec, limits.max_tokens, limits.max_items)
+    if on_batch is not None:
+        for items, tokens in sizes:
+            on_batch(items, tokens)
+    return read
