@@ -12,7 +12,6 @@ Keyword arguments are the tool's input fields, validated exactly as over HTTP or
 from __future__ import annotations
 
 import asyncio
-import atexit
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
@@ -33,15 +32,13 @@ SyncToolFunction = Callable[..., "ToolResult"]
 
 
 def default_context() -> ToolContext:
-    """A process-wide in-process engine (`shoal.Engine()`), started on first use and closed at exit."""
+    """A process-wide in-process engine, started on first use and closed at exit (as every Engine is)."""
     global _default
     with _lock:
         if _default is None:
-            import shoal
+            from engine.runtime import Engine
 
-            engine = shoal.Engine()
-            atexit.register(engine.close)
-            _default = ToolContext(engine)
+            _default = ToolContext(Engine())
         return _default
 
 

@@ -8,19 +8,16 @@ import signal
 
 from prometheus_client import start_http_server
 
+from engine.build import build_worker
 from engine.config import EngineSettings
 from engine.metrics import WORKER_UP
-from engine.runtime import AsyncEngine
 
 log = logging.getLogger("shoal.worker")
 
 
 async def serve_worker(settings: EngineSettings, metrics_port: int | None = None) -> None:
     """Connect, preload, serve; the metrics port opens once the worker is ready (a readiness signal)."""
-    if not settings.queue_url:
-        raise ValueError("a worker needs a queue URL (--queue nats://host:port or SHOAL_QUEUE_URL)")
-    engine = AsyncEngine(settings, worker=True)
-    await engine.start()
+    engine = await build_worker(settings).start()
     WORKER_UP.set(1)
     if metrics_port:
         start_http_server(metrics_port, addr=settings.host)

@@ -17,7 +17,7 @@ from engine.catalogue.folders import FolderPolicy
 from engine.catalogue.weights import weights_status
 from engine.client.calls import ModelCalls
 from engine.client.retry import NO_RETRY, RetryPolicy
-from engine.client.sync import SyncFacade
+from engine.client.sync import SyncFacade, blocking
 from engine.config import EngineSettings
 from engine.errors import DeadlineExceeded, InvalidInput
 from engine.metrics import QUEUE_DEPTH
@@ -26,7 +26,7 @@ from engine.model.loaded import Loader
 from engine.model.loader import load
 from engine.model.memory import FaultInjector
 from engine.model.precision import available
-from engine.model.threads import apply_threads
+from engine.model.threads import apply_threads, hold_compute_thread, release_compute_thread
 from engine.model.tokenizer import TextTokenizer, tokenizer_for
 from engine.queue.admission import Admission
 from engine.queue.local import InProcessQueue
@@ -37,7 +37,7 @@ from engine.residency.store import device_kind, precision_summary
 from engine.tasks.annotate import encode_task, score_task
 from engine.tasks.extract import ExtractRequest, extract_task, parse_extract
 from engine.tasks.requests import EncodeRequest, ScoreRequest, parse_encode, parse_score
-from engine.tasks.results import EncodeResult, ExtractResult, Result, ScoreResult
+from engine.tasks.results import EncodeReply, ExtractReply, Reply, ScoreReply
 from engine.tasks.task import Task
 from engine.worker.loop import Worker
 
@@ -80,6 +80,7 @@ class AsyncEngine(ModelCalls):
         self._faults = faults
         self._run_worker = worker
         self._tasks: list[asyncio.Task[None]] = []
+        self._holds_compute = False
         self.ready = False
         self.draining = False
         self.stream_window = self.settings.stream_window
@@ -100,6 +101,8 @@ class AsyncEngine(ModelCalls):
         if self.queue is None:
             self.queue = InProcessQueue()
         if self._run_worker:
+            hold_compute_thread()
+            self._holds_compute = True
             self.worker = Worker(self.queue, self.registry, self.settings, faults=self._faults)
             self._tasks.append(asyncio.create_task(self.worker.run(), name="shoal-worker"))
             if self.settings.idle_release_s > 0:  # an idle worker gives freed memory back to the OS
@@ -117,6 +120,9 @@ class AsyncEngine(ModelCalls):
         await self.registry.aclose()
         if self.queue is not None:
             await self.queue.close()
+        if self._holds_compute:
+            self._holds_compute = False
+            await asyncio.to_thread(release_compute_thread)  # joins the compute thread when no engine runs
 
     async def __aenter__(self) -> AsyncEngine:
         return await self.start()
@@ -178,7 +184,7 @@ class AsyncEngine(ModelCalls):
         if s.admission_wait_s > 0:
             self.admission = Admission(s.admission_wait_s, s.admission_min_in_flight, s.admission_max_in_flight)
 
-    async def submit(self, task: Task) -> Result:
+    async def submit(self, task: Task) -> Reply:
         """Enqueue and wait for the worker's result, bounded by the task's deadline; adds the total time."""
         if not self.ready:
             await self.start()
@@ -202,28 +208,28 @@ class AsyncEngine(ModelCalls):
     # -- the one entry of every task: each dialect's edge builds the native request, then calls run ---------
 
     @overload
-    async def run(self, model: str, req: EncodeRequest, tenant: str | None = None) -> EncodeResult: ...
+    async def run(self, model: str, req: EncodeRequest, tenant: str | None = None) -> EncodeReply: ...
     @overload
-    async def run(self, model: str, req: ScoreRequest, tenant: str | None = None) -> ScoreResult: ...
+    async def run(self, model: str, req: ScoreRequest, tenant: str | None = None) -> ScoreReply: ...
     @overload
-    async def run(self, model: str, req: ExtractRequest, tenant: str | None = None) -> ExtractResult: ...
+    async def run(self, model: str, req: ExtractRequest, tenant: str | None = None) -> ExtractReply: ...
 
-    async def run(self, model: str, req: NativeRequest, tenant: str | None = None) -> Result:
+    async def run(self, model: str, req: NativeRequest, tenant: str | None = None) -> Reply:
         """Check the model serves the request's task, make the task and wait for its result (the worker answers
         a task with its kind's result: engine.worker.dispatch)."""
         return await self.submit(self.annotate(model, req, tenant))
 
     # -- SDK surface: wire bodies, validated as the native request ----------------------------------------
 
-    async def encode_body(self, model: str, body: object) -> EncodeResult:
+    async def encode_body(self, model: str, body: object) -> EncodeReply:
         """Encode a wire body; returns the wire result {model, items, usage, timing}."""
         return await self.run(model, self.read_encode(model, body))
 
-    async def score_body(self, model: str, body: object) -> ScoreResult:
+    async def score_body(self, model: str, body: object) -> ScoreReply:
         """Score a wire body; returns the wire result {model, query_id?, scores, usage, timing}."""
         return await self.run(model, self.read_score(model, body))
 
-    async def extract_body(self, model: str, body: object) -> ExtractResult:
+    async def extract_body(self, model: str, body: object) -> ExtractReply:
         """Extract from a wire body; returns the wire result {model, items, usage, timing}."""
         return await self.run(model, self.read_extract(model, body))
 
@@ -274,14 +280,5 @@ class Engine(SyncFacade[AsyncEngine]):
 
         super().__init__(make)
 
-    @property
-    def core(self) -> AsyncEngine:
-        return self._core
-
-    def encode_body(self, model: str, body: object) -> EncodeResult:
-        """Encode a wire body; returns the wire result {model, items, timing}."""
-        return self._run(self._core.encode_body(model, body))
-
-    def extract_body(self, model: str, body: object) -> ExtractResult:
-        """Extract from a wire body; returns the wire result {model, items, timing}."""
-        return self._run(self._core.extract_body(model, body))
+    encode_body = blocking(AsyncEngine.encode_body)  # a wire body in, the whole wire result out
+    extract_body = blocking(AsyncEngine.extract_body)

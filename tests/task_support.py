@@ -8,7 +8,7 @@ from engine.catalogue.cards import ModelCard
 from engine.config import EngineSettings
 from engine.errors import ShoalError
 from engine.model.loaded import LoadedModel
-from engine.queue.protocol import Result
+from engine.queue.protocol import Reply
 from engine.tasks import annotate
 from engine.tasks.requests import parse_encode, parse_score
 from engine.tasks.task import Task
@@ -31,7 +31,7 @@ def score_task(card: ModelCard, query: str, docs: list[str], **body: Any) -> Tas
     )
 
 
-def run(model: LoadedModel, task: Task, max_tokens: int = 8192, max_items: int = 256) -> Result:
+def run(model: LoadedModel, task: Task, max_tokens: int = 8192, max_items: int = 256) -> Reply:
     """One task through the worker's handler table; its error is raised."""
     [out] = run_tasks(model, [task], BatchLimits(max_tokens, max_items), lambda kind, items, tokens: None)
     if isinstance(out, ShoalError):

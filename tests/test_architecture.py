@@ -30,9 +30,10 @@ ALLOWED: dict[str, set[str]] = {
     "worker": {"base", "catalogue", "tasks", "queue", "model", "residency", "arch"},
     "runtime": {"base", "catalogue", "tasks", "client", "queue", "model", "residency", "worker"},
     "http": {"base", "catalogue", "tasks", "runtime"},
-    "cluster": {"base", "runtime"},
+    "build": {"base", "runtime", "http", "client"},
+    "cluster": {"base", "build"},
     # the SDK and CLI: public entry points only, never the worker's or the queue's insides
-    "shoal": {"base", "catalogue", "client", "runtime", "http", "cluster", "residency"},
+    "shoal": {"base", "catalogue", "client", "runtime", "http", "build", "cluster", "residency"},
 }
 MAX_LINES = 400
 LONG_MODULES: dict[str, str] = {}  # module -> why it may be longer than MAX_LINES (none today)
@@ -147,6 +148,19 @@ def test_engine_imports_nothing_of_ours_outside_itself() -> None:
 
 
 ARCH_MAY_IMPORT = ("torch", "flash_attn", "__future__", "pydantic")  # pydantic: the typed config.json classes
+
+
+def test_libraries_never_import_the_cli_package() -> None:
+    """agent_tools, pipeline and connectors sit under `shoal`: they import the engine, never `shoal` itself."""
+    wrong = []
+    for package in ("agent_tools", "pipeline", "connectors"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                wrong += [f"{path.relative_to(REPO)} imports {n}" for n in names if n.split(".")[0] == "shoal"]
+    assert not wrong, wrong
 
 
 def test_arch_imports_only_torch() -> None:

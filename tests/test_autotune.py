@@ -17,6 +17,8 @@ from engine.catalogue.catalogue import Catalogue
 from engine.config import EngineSettings
 from engine.model.packed import PackedModel
 from engine.model.precision import device_profile
+from engine.model.readout import OutputSpec, Readout
+from engine.model.sequences import Encoded
 from engine.residency.autotune import Outcome, auto_tune, card_precision
 from engine.runtime import AsyncEngine
 from tests.helpers import make_tiny_bert
@@ -102,8 +104,8 @@ def test_one_slow_timed_run_does_not_decide(tiny: str, monkeypatch: pytest.Monke
     runs: dict[str, int] = {}
     real = autotune.gate_run
 
-    def gate_run(model: PackedModel, data: object = None) -> object:
-        run = real(model, data)  # type: ignore[arg-type]
+    def gate_run(model: PackedModel, data: object = None, stop: object = None) -> object:
+        run = real(model, data, stop)  # type: ignore[arg-type]
         name = model.precision.name
         runs[name] = runs.get(name, 0) + 1
         # fixed times, not measured ones (a real float32 run on a loaded machine can be 1.5x faster than the
@@ -165,3 +167,38 @@ def test_a_card_can_keep_float32() -> None:
     assert card_precision(card, "cpu") is None  # the shipped card lets the engine choose
     kept = card.profiles["default"].model_copy(update={"auto_tune": False})
     assert card_precision(card.model_copy(update={"profiles": {"default": kept}}), "cpu") == "float32"
+
+
+class Rescaled(PackedModel):
+    """A precision whose dense vectors come out with the wrong lengths (each row scaled by its own factor):
+    their directions are right, so a gate that normalises on its own passes it, yet a card that serves
+    vectors as they are (normalize off) ranks by those wrong lengths."""
+
+    def read(self, seqs: list[Encoded], spec: OutputSpec) -> Readout:
+        out = super().read(seqs, spec)
+        scale = torch.empty(len(out.dense)).uniform_(0.1, 10.0, generator=torch.Generator().manual_seed(len(seqs)))
+        return dataclasses.replace(out, dense=[row * s for row, s in zip(out.dense, scale, strict=True)])
+
+
+def test_the_gate_measures_the_served_path_so_a_precision_broken_only_there_fails(tmp_path: Path) -> None:
+    """The gate reads through the same code as the encode handler (read_all, the card's prefix, its
+    normalisation): on a card that serves un-normalised vectors, wrong vector lengths fail it."""
+    from engine.model.loader import load_model
+    from engine.residency.gate import load_gate_set, run_gate
+
+    folder = make_tiny_bert(tmp_path / "raw", seed=5, normalize=False)
+    reference = load_model(Catalogue().get(str(folder)), offline=True, precision="float32")
+    assert reference.card.normalize is False
+    copy = labelled(reference.variant("float32"), BROKEN)
+    broken = Rescaled(**{f.name: getattr(copy, f.name) for f in dataclasses.fields(copy)})
+    data = load_gate_set()
+    result = run_gate(reference, broken, data)
+    assert result.mean_cosine > 0.999  # every vector points the right way
+    assert not result.passed, result.as_dict()  # but the served ranking moved
+    assert run_gate(reference, labelled(reference.variant("float32"), GOOD), data).passed  # a true copy passes
+    # the same wrong lengths on a card that normalises are harmless, as they are when it serves: it passes
+    unit = load_model(
+        Catalogue().get(str(make_tiny_bert(tmp_path / "unit", seed=5))), offline=True, precision="float32"
+    )
+    copy = labelled(unit.variant("float32"), BROKEN)
+    assert run_gate(unit, Rescaled(**{f.name: getattr(copy, f.name) for f in dataclasses.fields(copy)}), data).passed

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from engine.build import build_app
 from engine.config import EngineSettings
-from engine.http.app import create_app
 from engine.http.console import FILES
-from engine.runtime import AsyncEngine
 from tests.helpers import LiveServer
 
 KEY = "console-test-key"
@@ -30,7 +29,7 @@ FLAGS = [
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
     """The gateway's app in-process, with an API key (no model is loaded by these requests)."""
-    app = create_app(AsyncEngine(EngineSettings(api_key=KEY)))
+    app = build_app(EngineSettings(api_key=KEY))
     with TestClient(app) as c:
         yield c
 

@@ -23,14 +23,13 @@ import torch
 from fastapi.testclient import TestClient
 from safetensors.torch import load_file, save_file
 
+from engine.build import build_app
 from engine.catalogue.cards import ScoreSpec
 from engine.catalogue.catalogue import Catalogue
 from engine.catalogue.weights import resolve_weights
 from engine.config import EngineSettings
 from engine.errors import ModelLoadFailed
-from engine.http.app import create_app
 from engine.model.loader import load_model
-from engine.runtime import AsyncEngine
 from engine.worker.handlers.score import score_inputs
 from tests import task_support
 from tests.task_support import run
@@ -235,7 +234,7 @@ def test_broken_jina_checkpoint_fails_to_load_clearly(
 
 @pytest.fixture
 def client(hub: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(AsyncEngine(EngineSettings(offline=True)))) as c:
+    with TestClient(build_app(EngineSettings(offline=True))) as c:
         yield c
 
 

@@ -106,16 +106,16 @@ def test_answers_decode_to_the_typed_result_and_error_the_worker_packed() -> Non
     """A worker's answer (msgpack, arrays in it) decodes on the gateway to the same result dict, numpy arrays
     and all; an error answer gives back the typed error with its retry hint; a work message its Task."""
     from engine.queue.nats.messages import Answer, answer_error, error_answer, pack_work, read_answer, read_work
-    from engine.tasks.results import EncodeResult
+    from engine.tasks.results import EncodeReply
     from engine.wire import packb
 
     values = np.arange(4, dtype=np.float32)
-    result: EncodeResult = {
+    result: EncodeReply = {
         "items": [{"id": "a", "dense": {"dims": 4, "dtype": "float32", "values": values}}],
         "usage": {"input_tokens": 3},
         "timing": {"queue_ms": 1.5, "inference_ms": 2.0},
     }
-    answer = read_answer(packb(Answer(id="t1", result=result)))
+    answer = read_answer(packb(Answer(id="t1", kind="encode", result=result)))
     assert answer["id"] == "t1" and "error" not in answer
     got = answer["result"]
     assert isinstance(got, dict) and set(got) == set(result) and got["usage"] == result["usage"]
@@ -158,7 +158,7 @@ async def test_allow_list_and_locality(nats_url: str) -> None:
         got2 = await anyone.pull(prefer=["a"], max_tasks=10, max_tokens=1000, wait=0)
         assert [d.task.model for d in got2] == ["b", "b", "b"]
         for d in got + got2:
-            await d.ack({"items": [], "model": d.task.model})
+            await d.ack({"items": [], "usage": {"input_tokens": 0}, "model": d.task.model})
         assert len(await asyncio.gather(*waiting)) == 5
     finally:
         for q in (gw, only_a, anyone):
@@ -192,7 +192,7 @@ async def test_allow_listed_consumers_exist_at_start_and_show_the_backlog(nats_u
 
         await until(lambda: gauge() == 3, what="the gateway's per-model pending gauge reading 3")
         for d in await worker.pull(prefer=[], max_tasks=10, max_tokens=1000, wait=0):
-            await d.ack({"items": [], "model": d.task.model})
+            await d.ack({"items": [], "usage": {"input_tokens": 0}, "model": d.task.model})
         await asyncio.gather(*waiting)
         await until(lambda: gauge() == 0, what="the per-model pending gauge going back to 0")
     finally:
@@ -243,8 +243,8 @@ async def test_long_batch_is_kept_alive_by_in_progress_acks(nats_url: str, tmp_p
         assert isinstance(d, NatsDelivery) and d.attempt == 1
         with pytest.raises(TimeoutError):  # nothing to take: the task is still this worker's
             await asyncio.wait_for(other.pull(prefer=[], max_tasks=5, max_tokens=1000, wait=0), 1.0)
-        await d.ack({"ok": 1})
-        assert await pending == {"ok": 1}
+        await d.ack({"items": [], "usage": {"input_tokens": 0}})
+        assert await pending == {"items": [], "usage": {"input_tokens": 0}}
     finally:
         for q in (gw, wq, other):
             await q.close()

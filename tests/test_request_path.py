@@ -3,25 +3,30 @@ the real HTTP app (in process, tiny random-weight models) are traced, every call
 the rooms on its call stack, and checked against the path the document draws.
 
 Forward passes run on the process's compute thread (engine/model/threads.py), so the trace is set for every
-thread (threading.setprofile) as well as this one (sys.setprofile), before the app's threads and a fresh
-compute thread start.
+thread started from now on (threading.setprofile), for this one (sys.setprofile), and on the compute thread
+itself (a call run there sets it), whether or not an earlier test started it.
+
+Each call from one room into another is also counted, per edge (caller's room, callee's room): a request may
+cross one edge at most twice (down and back), except the edges listed in OVER_TWO, each at most its count.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dis
 import re
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from types import FrameType
 
 import pytest
 from fastapi.testclient import TestClient
 
+from engine.build import build_app
 from engine.config import EngineSettings
-from engine.http.app import create_app
 from engine.model import threads
-from engine.runtime import AsyncEngine
 from engine.tasks.results import JSONObject
 from tests.test_architecture import ALLOWED, REPO, room
 from tests.tiny_models import make, write_card
@@ -30,6 +35,20 @@ DENSE, CROSS = "tiny/path-dense", "tiny/path-cross-encoder"
 SIDE = {"tasks", "catalogue", "residency", "base"}  # rooms used along the way, never a hop of the path
 MAX_ROOMS = 8  # rooms one way may pass through, side rooms included
 Chain = tuple[str, ...]  # the rooms on one call stack, outermost first, consecutive repeats collapsed
+Edge = tuple[str, str]  # (caller's room, callee's room)
+MAX_EDGE_CALLS = 2  # calls across one edge for one request: down, and back
+# Edges one request still crosses more than twice, each with the most calls it may take (the worker still
+# does part of the model's work: tokenising, packing and splitting are separate calls); lower these as the
+# model seam takes them, never raise them.
+OVER_TWO: dict[Edge, int] = {
+    ("worker", "model"): 8,  # max_len, encode_texts/encode_pairs, OutputSpec.of, read_all, split, sentence_vectors
+    ("model", "arch"): 5,  # PackedBatch.from_token_lists, num_tokens, the forward, pooling, normalising
+    ("worker", "residency"): 4,  # resident, is_loaded, use
+    ("runtime", "catalogue"): 4,  # Catalogue.get, check_serves
+    ("runtime", "queue"): 3,  # depth, Admission.enter, Admission.leave
+    ("worker", "tasks"): 3,  # Task.kind
+}
+RESUME = dis.opmap["RESUME"]
 
 
 class Trace:
@@ -38,10 +57,18 @@ class Trace:
     def __init__(self) -> None:
         self.recording = False
         self.chains: dict[Chain, tuple[str, ...]] = {}
+        self.edges: Counter[Edge] = Counter()
+        self.examples: dict[Edge, set[str]] = {}
+
+    def clear(self) -> None:
+        self.chains.clear()
+        self.edges.clear()
+        self.examples.clear()
 
     def __call__(self, frame: FrameType, event: str, arg: object) -> None:
         if not self.recording or event != "call" or not _ours(frame.f_globals.get("__name__", "")):
             return
+        self._count(frame)
         rooms: list[str] = []
         modules: list[str] = []
         f: FrameType | None = frame
@@ -53,6 +80,26 @@ class Trace:
                     rooms.append(room(name))
             f = f.f_back
         self.chains.setdefault(tuple(reversed(rooms)), tuple(dict.fromkeys(reversed(modules))))
+
+    def _count(self, frame: FrameType) -> None:
+        """One call across an edge: a fresh call (not a coroutine or generator resumed) whose nearest caller of
+        ours is in another room."""
+        if not _fresh(frame):
+            return
+        callee = room(frame.f_globals["__name__"])
+        f = frame.f_back
+        while f is not None and not _ours(f.f_globals.get("__name__", "")):
+            f = f.f_back
+        if f is None or (caller := room(f.f_globals["__name__"])) == callee or callee == "base":
+            return  # base (settings, errors, codecs, timers) is the floor every room stands on, not a hop
+        self.edges[(caller, callee)] += 1
+        self.examples.setdefault((caller, callee), set()).add(frame.f_code.co_qualname)
+
+
+def _fresh(frame: FrameType) -> bool:
+    """A function entered at its start: RESUME 0 (a coroutine resumed after an await is RESUME with 1-3)."""
+    code, at = frame.f_code.co_code, frame.f_lasti
+    return at < 0 or (code[at] == RESUME and code[at + 1] == 0)
 
 
 def _ours(module: str) -> bool:
@@ -112,6 +159,17 @@ def check(trace: Trace) -> None:
     for start in {p[0] for p in paths}:
         rooms = {r for c in trace.chains if c and c[0] == start for r in c}
         assert len(rooms) <= MAX_ROOMS, f"one way from {start} passes {len(rooms)} rooms: {sorted(rooms)}"
+    check_edges(trace)
+
+
+def check_edges(trace: Trace) -> None:
+    """No edge crossed more often than it may be for one request."""
+    over = [
+        f"{a} -> {b}: {n} calls, at most {OVER_TWO.get((a, b), MAX_EDGE_CALLS)} ({', '.join(sorted(trace.examples[(a, b)]))})"
+        for (a, b), n in sorted(trace.edges.items())
+        if n > OVER_TWO.get((a, b), MAX_EDGE_CALLS)
+    ]
+    assert not over, "rooms calling each other too often for one request:\n" + "\n".join(over)
 
 
 @pytest.fixture(scope="module")
@@ -126,21 +184,20 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClien
     cross = {"tasks": ["score"], "outputs": ["score"], "pooling": "cls", "score": {"kind": "classifier"}}
     write_card(cards, {"id": CROSS, "source": {"path": str(root / "ce")}, **base, **cross})
     trace = Trace()
-    earlier = threads._compute  # an earlier test's compute thread started untraced: this one gets its own
-    threads._compute = None
-    threading.setprofile(trace)  # threads started from now on: the app's portal, the compute thread
+    threading.setprofile(trace)  # threads started from now on: the app's portal, a new compute thread
     sys.setprofile(trace)
+    compute = threads.compute_thread()
+    compute.submit(sys.setprofile, trace).result()  # the compute thread an earlier test may have started
     try:
-        with TestClient(create_app(AsyncEngine(EngineSettings(model_dir=cards, offline=True)))) as client:
+        with TestClient(build_app(EngineSettings(model_dir=cards, offline=True))) as client:
             for path, body in CALLS.values():  # the models load now: the path checked is that of resident models
                 assert client.post(path, json=body).status_code == 200
             yield client, trace
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
-        traced_thread, threads._compute = threads._compute, earlier
-        if traced_thread is not None:
-            traced_thread.shutdown(wait=False)
+        with contextlib.suppress(RuntimeError):  # shut down already when the app's engine, its last holder, closed
+            compute.submit(sys.setprofile, None).result()
 
 
 CALLS: dict[str, tuple[str, JSONObject]] = {  # one round trip of each task kind: path and body
@@ -153,7 +210,7 @@ CALLS: dict[str, tuple[str, JSONObject]] = {  # one round trip of each task kind
 @pytest.mark.parametrize("kind", sorted(CALLS))
 def test_one_round_trip_follows_the_documented_path(kind: str, traced: tuple[TestClient, Trace]) -> None:
     client, trace = traced
-    trace.chains.clear()
+    trace.clear()
     trace.recording = True
     try:
         path, body = CALLS[kind]
@@ -184,3 +241,13 @@ def test_the_check_fails_on_a_reentry_or_an_undrawn_room(extra: Chain) -> None:
     trace.chains[extra] = extra
     with pytest.raises(AssertionError):
         check(trace)
+
+
+def test_the_edge_check_fails_on_a_third_call_across_an_edge() -> None:
+    trace = Trace()
+    trace.edges[("worker", "queue")] = MAX_EDGE_CALLS
+    trace.examples[("worker", "queue")] = {"pull"}
+    check_edges(trace)
+    trace.edges[("worker", "queue")] += 1
+    with pytest.raises(AssertionError, match="worker -> queue: 3 calls"):
+        check_edges(trace)

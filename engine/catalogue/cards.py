@@ -198,3 +198,9 @@ class ModelCard(BaseModel):
         if name not in self.profiles:
             raise InvalidInput(f"model {self.id!r} has no profile {name!r}; it has {sorted(self.profiles)}")
         return self.profiles[name]
+
+    def prefix(self, is_query: bool, instruction: str | None = None) -> str:
+        """What an encoded text is prefixed with: the request's instruction, else the card's query or document
+        instruction (engine.tasks.annotate resolves a request's with this; the quality gate runs with it too)."""
+        card_prefix = self.query_instruction if is_query else self.document_instruction
+        return (instruction if instruction is not None else card_prefix) or ""

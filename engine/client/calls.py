@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -21,10 +21,7 @@ from engine.client.chunks import in_chunks, merge_scores
 from engine.client.retry import NO_RETRY, RetryPolicy, with_retries
 from engine.tasks.extract import ExtractBody, build_extract_body
 from engine.tasks.requests import EncodeBody, ItemInput, Options, ScoreBody, build_encode_body, build_score_body
-from engine.tasks.results import EncodedItem, ExtractedItem, JSONObject, Values
-from engine.tasks.results import EncodeResult as EncodeAnswer
-from engine.tasks.results import ExtractResult as ExtractAnswer
-from engine.tasks.results import ScoreResult as ScoreAnswer
+from engine.tasks.results import EncodedItem, EncodeReply, ExtractedItem, ExtractReply, JSONObject, ScoreReply, Values
 
 if TYPE_CHECKING:
     from engine.model.tokenizer import TextTokenizer
@@ -58,7 +55,32 @@ class EncodeResult(TypedDict, total=False):
     multivector: Array  # [num_tokens, token_dims]
 
 
-ScoreResult = ScoreAnswer  # {model, query_id?, scores: [{item_id, score, rank}], usage, timing}, best first
+class EncodeArgs(TypedDict, total=False):
+    """The keyword arguments of `encode` (each as the wire request's params, docs/sdk.md)."""
+
+    output_types: list[str] | None
+    instruction: str | None
+    output_dtype: str | None
+    is_query: bool | None
+    options: Options | None
+
+
+class ScoreArgs(TypedDict, total=False):
+    """The keyword arguments of `score`."""
+
+    instruction: str | None
+    options: Options | None
+
+
+class ExtractArgs(TypedDict, total=False):
+    """The keyword arguments of `extract`."""
+
+    labels: list[str] | None
+    instruction: str | None
+    options: Options | None
+
+
+ScoreResult = ScoreReply  # {model, query_id?, scores: [{item_id, score, rank}], usage, timing}, best first
 ExtractResult = ExtractedItem  # one item's {id, entities, classifications, data}
 
 
@@ -100,15 +122,15 @@ class ModelCalls(ABC):
         return self
 
     @abstractmethod
-    async def encode_body(self, model: str, body: EncodeBody) -> EncodeAnswer:
+    async def encode_body(self, model: str, body: EncodeBody) -> EncodeReply:
         """Encode a wire body; returns the wire result {model, items, usage, timing}."""
 
     @abstractmethod
-    async def score_body(self, model: str, body: ScoreBody) -> ScoreAnswer:
+    async def score_body(self, model: str, body: ScoreBody) -> ScoreReply:
         """Score a wire body; returns the wire result {model, query_id?, scores, usage, timing}."""
 
     @abstractmethod
-    async def extract_body(self, model: str, body: ExtractBody) -> ExtractAnswer:
+    async def extract_body(self, model: str, body: ExtractBody) -> ExtractReply:
         """Extract from a wire body; returns the wire result {model, items, usage, timing}."""
 
     @abstractmethod
@@ -133,113 +155,46 @@ class ModelCalls(ABC):
         """Release what this caller holds (connections, the engine's worker)."""
 
     @overload
-    async def encode(
-        self,
-        model: str,
-        items: Item,
-        *,
-        output_types: list[str] | None = None,
-        instruction: str | None = None,
-        output_dtype: str | None = None,
-        is_query: bool | None = None,
-        options: Options | None = None,
-    ) -> EncodeResult: ...
-
+    async def encode(self, model: str, items: Item, **args: Unpack[EncodeArgs]) -> EncodeResult: ...
     @overload
-    async def encode(
-        self,
-        model: str,
-        items: list[ItemT],
-        *,
-        output_types: list[str] | None = None,
-        instruction: str | None = None,
-        output_dtype: str | None = None,
-        is_query: bool | None = None,
-        options: Options | None = None,
-    ) -> list[EncodeResult]: ...
+    async def encode(self, model: str, items: list[ItemT], **args: Unpack[EncodeArgs]) -> list[EncodeResult]: ...
 
     async def encode(
-        self,
-        model: str,
-        items: Item | list[ItemT],
-        *,
-        output_types: list[str] | None = None,
-        instruction: str | None = None,
-        output_dtype: str | None = None,
-        is_query: bool | None = None,
-        options: Options | None = None,
+        self, model: str, items: Item | list[ItemT], **args: Unpack[EncodeArgs]
     ) -> EncodeResult | list[EncodeResult]:
         """Encode one item (returns one result) or a list (returns a list of results, in order)."""
         batch = items if isinstance(items, list) else [items]
 
         async def run(start: int, stop: int) -> list[EncodeResult]:
-            body = build_encode_body(
-                batch[start:stop],
-                output_types=output_types,
-                instruction=instruction,
-                output_dtype=output_dtype,
-                is_query=is_query,
-                options=options,
-            )
+            body = build_encode_body(batch[start:stop], **args)
             wire = await with_retries(self.retry, lambda: self.encode_body(model, body))
             return to_encode_results(wire["items"])
 
         results = await in_chunks(len(batch), await self.item_cap(), self.stream_window, run)
         return results if isinstance(items, list) else results[0]
 
-    async def score(
-        self,
-        model: str,
-        query: Item,
-        items: Sequence[Item],
-        *,
-        instruction: str | None = None,
-        options: Options | None = None,
-    ) -> ScoreResult:
+    async def score(self, model: str, query: Item, items: Sequence[Item], **args: Unpack[ScoreArgs]) -> ScoreResult:
         """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
         cap = await self.item_cap()
         if len(items) <= cap:
-            whole = build_score_body(query, items, instruction=instruction, options=options)
+            whole = build_score_body(query, items, **args)
             return await with_retries(self.retry, lambda: self.score_body(model, whole))
         # every item keeps the id the server would give it ("item-<index>"), whichever chunk it lands in
         named: list[Item] = [it if _has_id(it) else _named(it, i) for i, it in enumerate(items)]
 
         async def run(start: int, stop: int) -> list[ScoreResult]:
-            body = build_score_body(query, named[start:stop], instruction=instruction, options=options)
+            body = build_score_body(query, named[start:stop], **args)
             return [await with_retries(self.retry, lambda: self.score_body(model, body))]
 
         return merge_scores(await in_chunks(len(named), cap, self.stream_window, run))
 
     @overload
-    async def extract(
-        self,
-        model: str,
-        items: Item,
-        *,
-        labels: list[str] | None = None,
-        instruction: str | None = None,
-        options: Options | None = None,
-    ) -> ExtractResult: ...
-
+    async def extract(self, model: str, items: Item, **args: Unpack[ExtractArgs]) -> ExtractResult: ...
     @overload
-    async def extract(
-        self,
-        model: str,
-        items: list[ItemT],
-        *,
-        labels: list[str] | None = None,
-        instruction: str | None = None,
-        options: Options | None = None,
-    ) -> list[ExtractResult]: ...
+    async def extract(self, model: str, items: list[ItemT], **args: Unpack[ExtractArgs]) -> list[ExtractResult]: ...
 
     async def extract(
-        self,
-        model: str,
-        items: Item | list[ItemT],
-        *,
-        labels: list[str] | None = None,
-        instruction: str | None = None,
-        options: Options | None = None,
+        self, model: str, items: Item | list[ItemT], **args: Unpack[ExtractArgs]
     ) -> ExtractResult | list[ExtractResult]:
         """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
         batch: Sequence[Item] = items if isinstance(items, list) else [items]
@@ -248,7 +203,7 @@ class ModelCalls(ABC):
             batch = [it if _has_id(it) else _named(it, i) for i, it in enumerate(batch)]
 
         async def run(start: int, stop: int) -> list[ExtractResult]:
-            body = build_extract_body(batch[start:stop], labels=labels, instruction=instruction, options=options)
+            body = build_extract_body(batch[start:stop], **args)
             answer = await with_retries(self.retry, lambda: self.extract_body(model, body))
             return answer["items"]
 

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from engine.tasks.results import ScoreEntry, ScoreResult
+from engine.tasks.results import ScoreEntry, ScoreReply
 
 T = TypeVar("T")
 
@@ -41,12 +41,12 @@ async def in_chunks(n: int, size: int, window: int, run: Callable[[int, int], Aw
     return [x for part in parts for x in part]
 
 
-def merge_scores(parts: list[ScoreResult]) -> ScoreResult:
+def merge_scores(parts: list[ScoreReply]) -> ScoreReply:
     """Score results of one query over chunks of its items -> one result, best first, ranked again."""
     scores = sorted((s for p in parts for s in p["scores"]), key=lambda s: -s["score"])
     ranked: list[ScoreEntry] = [{**s, "rank": rank} for rank, s in enumerate(scores)]
     tokens = sum(int(p.get("usage", {}).get("input_tokens", 0)) for p in parts)  # another SIE server may not say
-    merged: ScoreResult = {"scores": ranked, "usage": {"input_tokens": tokens}}
+    merged: ScoreReply = {"scores": ranked, "usage": {"input_tokens": tokens}}
     if "model" in parts[0]:
         merged["model"] = parts[0]["model"]
     if "query_id" in parts[0]:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack
 
 import httpx
 
 from engine.client.calls import ModelCalls
 from engine.client.retry import RetryPolicy, retry_after_seconds
 from engine.errors import InternalError, ShoalError, Unreachable, error_from_code
+from engine.tasks.checked import checked_reply
 from engine.tasks.extract import ExtractBody
 from engine.tasks.requests import EncodeBody, ScoreBody
-from engine.tasks.results import EncodeResult, ExtractResult, ScoreResult
+from engine.tasks.results import EncodeReply, ExtractReply, ScoreReply
 from engine.wire import JSON, MSGPACK, Decoded, decode_body, dumps_json, packb
 
 
@@ -35,6 +36,16 @@ def raise_for_error(response: httpx.Response) -> None:
     raise err
 
 
+class ClientOptions(TypedDict, total=False):
+    """How an HTTP client talks to its server (AsyncClient and Client take the same)."""
+
+    api_key: str | None  # sent as 'Authorization: Bearer KEY'
+    timeout: float  # seconds per request (default 300)
+    use_json: bool  # JSON bodies instead of msgpack
+    max_items: int | None  # items per request; default: the server's /info cap
+    retry: RetryPolicy | None  # Retry-After handling; default RetryPolicy()
+
+
 FALLBACK_ITEM_CAP = 512  # items per request when the server does not say its cap (GET /info)
 
 
@@ -47,22 +58,14 @@ class AsyncClient(ModelCalls):
     `retry` (default `RetryPolicy()`: 5 attempts, 120 s of waiting in all; `RetryPolicy(attempts=1)` never retries).
     """
 
-    def __init__(
-        self,
-        url: str = "http://127.0.0.1:8080",
-        *,
-        api_key: str | None = None,
-        timeout: float = 300.0,
-        use_json: bool = False,
-        max_items: int | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
+    def __init__(self, url: str = "http://127.0.0.1:8080", **options: Unpack[ClientOptions]) -> None:
+        api_key = options.get("api_key")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, headers=headers)
-        self._json = use_json
-        self._cap = max_items
-        self.retry = retry or RetryPolicy()
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=options.get("timeout", 300.0), headers=headers)
+        self._json = options.get("use_json", False)
+        self._cap = options.get("max_items")
+        self.retry = options.get("retry") or RetryPolicy()
 
     async def item_cap(self) -> int:
         """The server's per-request item limit, asked once (GET /info); FALLBACK_ITEM_CAP if it does not say."""
@@ -93,15 +96,18 @@ class AsyncClient(ModelCalls):
         r = await self._send("POST", path, content=content, headers={"Content-Type": media, "Accept": media})
         return decode_body(r.content, r.headers.get("content-type"))
 
-    # the server answers each with its native wire result (docs/API.md); decoding leaves it untyped
-    async def encode_body(self, model: str, body: EncodeBody) -> EncodeResult:
-        return cast(EncodeResult, await self._post(f"/v1/encode/{model}", body))
+    # the server answers each with its native wire result (docs/API.md), checked here against its type
+    async def encode_body(self, model: str, body: EncodeBody) -> EncodeReply:
+        path = f"/v1/encode/{model}"
+        return checked_reply("encode", await self._post(path, body), f"the server's reply to POST {path}")
 
-    async def score_body(self, model: str, body: ScoreBody) -> ScoreResult:
-        return cast(ScoreResult, await self._post(f"/v1/score/{model}", body))
+    async def score_body(self, model: str, body: ScoreBody) -> ScoreReply:
+        path = f"/v1/score/{model}"
+        return checked_reply("score", await self._post(path, body), f"the server's reply to POST {path}")
 
-    async def extract_body(self, model: str, body: ExtractBody) -> ExtractResult:
-        return cast(ExtractResult, await self._post(f"/v1/extract/{model}", body))
+    async def extract_body(self, model: str, body: ExtractBody) -> ExtractReply:
+        path = f"/v1/extract/{model}"
+        return checked_reply("extract", await self._post(path, body), f"the server's reply to POST {path}")
 
     async def models(self) -> list[dict[str, Any]]:
         r = await self._send("GET", "/v1/models", headers={"Accept": JSON})

@@ -1,49 +1,87 @@
-"""Synchronous facades: run an async core on a private event-loop thread (no second implementation)."""
+"""Blocking facades over an async core, generated from it: each method runs the core's coroutine of the same
+name on a private event-loop thread (`blocking`), and the `aio` bridge awaits the core's wire primitives from
+any other loop (`bridged`); no call is written a second time."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import functools
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, overload
 
-from engine.client.calls import EncodeResult, ExtractResult, Item, ItemT, ModelCalls, ScoreResult
-from engine.client.http import AsyncClient
-from engine.client.retry import RetryPolicy
-from engine.errors import ShoalError
-from engine.tasks.extract import ExtractBody
-from engine.tasks.requests import EncodeBody, Options, ScoreBody
-from engine.tasks.results import EncodeResult as EncodeAnswer
-from engine.tasks.results import ExtractResult as ExtractAnswer
-from engine.tasks.results import ScoreResult as ScoreAnswer
+from engine.client.calls import (
+    EncodeArgs,
+    EncodeResult,
+    ExtractArgs,
+    ExtractResult,
+    Item,
+    ItemT,
+    ModelCalls,
+    ScoreArgs,
+    ScoreResult,
+)
+from engine.client.http import AsyncClient, ClientOptions
+from engine.client.loop import EXIT_PATIENCE_S, Closable, LoopThread, close_at_exit, forget
 
-if TYPE_CHECKING:
-    from engine.model.tokenizer import TextTokenizer
-
+P = ParamSpec("P")
+R = TypeVar("R")
 T = TypeVar("T")
 C = TypeVar("C", bound=ModelCalls)
+CoreMethod = Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]
 
 
-class LoopThread:
-    """An event loop on a daemon thread; `run` executes a coroutine there and blocks for its result."""
+class blocking(Generic[P, R]):
+    """A facade method made from the core's method of the same name: same parameters, its coroutine run on the
+    facade's loop thread, its result (or its ShoalError) returned here."""
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="shoal-loop", daemon=True)
-        self._thread.start()
+    def __init__(self, method: CoreMethod[P, R]) -> None:
+        self._method = method
+        self._name = method.__name__
 
-    def run(self, coro: Coroutine[object, None, T]) -> T:
-        """The coroutine's result; a ShoalError is raised here with the loop thread's frames left out, so a
-        script that does not catch it shows the caller's lines and the one-line message."""
-        try:
-            return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-        except ShoalError as e:
-            raise e.with_traceback(None) from None
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
 
-    def stop(self) -> None:
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=5)
+    @overload
+    def __get__(self, facade: None, owner: type) -> blocking[P, R]: ...
+    @overload
+    def __get__(self, facade: SyncFacade[Any], owner: type) -> Callable[P, R]: ...
+
+    def __get__(self, facade: SyncFacade[Any] | None, owner: type) -> blocking[P, R] | Callable[P, R]:
+        if facade is None:
+            return self
+        method: Callable[P, Coroutine[Any, Any, R]] = getattr(facade.core, self._name)  # the core's own override
+
+        @functools.wraps(self._method)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            return facade.loop_thread.run(method(*args, **kwargs))
+
+        return call
+
+
+class bridged(Generic[P, R]):
+    """A LoopBridge method made from the core's: its coroutine runs on the facade's loop thread and is awaited
+    from the caller's loop without holding a thread."""
+
+    def __init__(self, method: CoreMethod[P, R]) -> None:
+        self._name = method.__name__
+        self._method = method
+
+    @overload
+    def __get__(self, bridge: None, owner: type) -> bridged[P, R]: ...
+    @overload
+    def __get__(self, bridge: LoopBridge, owner: type) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    def __get__(self, bridge: LoopBridge | None, owner: type) -> bridged[P, R] | Callable[P, Coroutine[Any, Any, R]]:
+        if bridge is None:
+            return self
+        method: Callable[P, Coroutine[Any, Any, R]] = getattr(bridge.core, self._name)
+        loop = bridge.loop_thread.loop
+
+        @functools.wraps(self._method)
+        async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(method(*args, **kwargs), loop))
+
+        return call
 
 
 class LoopBridge(ModelCalls):
@@ -51,154 +89,72 @@ class LoopBridge(ModelCalls):
     loop thread and is awaited here without holding a thread; chunking and retries run on the caller's side."""
 
     def __init__(self, core: ModelCalls, loop: LoopThread) -> None:
-        self._core, self._loop = core, loop
+        self.core, self.loop_thread = core, loop
         self.retry, self.stream_window = core.retry, core.stream_window
 
-    async def _there(self, coro: Coroutine[object, None, T]) -> T:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop.loop))
-
-    async def encode_body(self, model: str, body: EncodeBody) -> EncodeAnswer:
-        return await self._there(self._core.encode_body(model, body))
-
-    async def score_body(self, model: str, body: ScoreBody) -> ScoreAnswer:
-        return await self._there(self._core.score_body(model, body))
-
-    async def extract_body(self, model: str, body: ExtractBody) -> ExtractAnswer:
-        return await self._there(self._core.extract_body(model, body))
-
-    async def models(self) -> list[dict[str, Any]]:
-        return await self._there(self._core.models())
-
-    async def item_cap(self) -> int:
-        return await self._there(self._core.item_cap())
-
-    async def tokenizer(self, model: str) -> TextTokenizer:
-        return await self._there(self._core.tokenizer(model))
+    encode_body = bridged(ModelCalls.encode_body)
+    score_body = bridged(ModelCalls.score_body)
+    extract_body = bridged(ModelCalls.extract_body)
+    models = bridged(ModelCalls.models)
+    item_cap = bridged(ModelCalls.item_cap)
+    tokenizer = bridged(ModelCalls.tokenizer)
 
     async def close(self) -> None:
         """Nothing: the facade owns the core, and its `close()` stops it."""
 
 
-class SyncFacade(Generic[C]):
-    """Blocking encode / score / models over an async core (AsyncEngine or AsyncClient) made on the loop thread;
-    `aio` is the same core for async callers (the pipeline, the agent tools) on any other event loop."""
+class SyncFacade(Closable, Generic[C]):
+    """Blocking encode / score / extract / models over an async core (AsyncEngine or AsyncClient) made on the loop
+    thread; `aio` is the same core for async callers (the pipeline, the agent tools) on any other event loop.
+
+    `close()`, a `with` block, or interpreter exit (when neither came) stops the core and joins its threads."""
 
     def __init__(self, make: Callable[[], Coroutine[object, None, C]]) -> None:
-        self._loop = LoopThread()
-        self._core: C = self._loop.run(make())
-        self.aio: ModelCalls = LoopBridge(self._core, self._loop)
+        self.loop_thread = LoopThread()
+        try:
+            self.core: C = self.loop_thread.run(make())
+        except BaseException:
+            self.loop_thread.stop()
+            raise
+        self.aio: ModelCalls = LoopBridge(self.core, self.loop_thread)
+        self._closed = False
+        close_at_exit(self)
 
-    def _run(self, coro: Coroutine[object, None, T]) -> T:
-        return self._loop.run(coro)
+    if TYPE_CHECKING:  # the overloads of one item or a list, as the core declares them
 
-    @overload
-    def encode(
-        self,
-        model: str,
-        items: Item,
-        *,
-        output_types: list[str] | None = None,
-        instruction: str | None = None,
-        output_dtype: str | None = None,
-        is_query: bool | None = None,
-        options: Options | None = None,
-    ) -> EncodeResult: ...
-
-    @overload
-    def encode(
-        self,
-        model: str,
-        items: list[ItemT],
-        *,
-        output_types: list[str] | None = None,
-        instruction: str | None = None,
-        output_dtype: str | None = None,
-        is_query: bool | None = None,
-        options: Options | None = None,
-    ) -> list[EncodeResult]: ...
-
-    def encode(
-        self,
-        model: str,
-        items: Item | list[ItemT],
-        *,
-        output_types: list[str] | None = None,
-        instruction: str | None = None,
-        output_dtype: str | None = None,
-        is_query: bool | None = None,
-        options: Options | None = None,
-    ) -> EncodeResult | list[EncodeResult]:
-        """Encode one item (returns one result) or a list (returns a list of results, in order)."""
-        call: Coroutine[object, None, EncodeResult | list[EncodeResult]] = self._core.encode(
-            model,
-            items,
-            output_types=output_types,
-            instruction=instruction,
-            output_dtype=output_dtype,
-            is_query=is_query,
-            options=options,
-        )
-        return self._run(call)
-
-    def score(
-        self,
-        model: str,
-        query: Item,
-        items: Sequence[Item],
-        *,
-        instruction: str | None = None,
-        options: Options | None = None,
-    ) -> ScoreResult:
-        """Rank items against a query: {model, query_id?, scores: [{item_id, score, rank}]}, best first."""
-        return self._run(self._core.score(model, query, items, instruction=instruction, options=options))
-
-    @overload
-    def extract(
-        self,
-        model: str,
-        items: Item,
-        *,
-        labels: list[str] | None = None,
-        instruction: str | None = None,
-        options: Options | None = None,
-    ) -> ExtractResult: ...
-
-    @overload
-    def extract(
-        self,
-        model: str,
-        items: list[ItemT],
-        *,
-        labels: list[str] | None = None,
-        instruction: str | None = None,
-        options: Options | None = None,
-    ) -> list[ExtractResult]: ...
-
-    def extract(
-        self,
-        model: str,
-        items: Item | list[ItemT],
-        *,
-        labels: list[str] | None = None,
-        instruction: str | None = None,
-        options: Options | None = None,
-    ) -> ExtractResult | list[ExtractResult]:
-        """Entities or classifications of one item (one result) or a list (a list of results, in order)."""
-        call: Coroutine[object, None, ExtractResult | list[ExtractResult]] = self._core.extract(
-            model, items, labels=labels, instruction=instruction, options=options
-        )
-        return self._run(call)
-
-    def models(self) -> list[dict[str, Any]]:
-        """The model catalogue: one description per model."""
-        return self._run(self._core.models())
+        @overload
+        def encode(self, model: str, items: Item, **args: Unpack[EncodeArgs]) -> EncodeResult: ...
+        @overload
+        def encode(self, model: str, items: list[ItemT], **args: Unpack[EncodeArgs]) -> list[EncodeResult]: ...
+        def encode(self, model: str, items: Item | list[ItemT], **args: Unpack[EncodeArgs]) -> Any: ...
+        @overload
+        def extract(self, model: str, items: Item, **args: Unpack[ExtractArgs]) -> ExtractResult: ...
+        @overload
+        def extract(self, model: str, items: list[ItemT], **args: Unpack[ExtractArgs]) -> list[ExtractResult]: ...
+        def extract(self, model: str, items: Item | list[ItemT], **args: Unpack[ExtractArgs]) -> Any: ...
+        def score(self, model: str, query: Item, items: Sequence[Item], **args: Unpack[ScoreArgs]) -> ScoreResult: ...
+    else:
+        encode = blocking(ModelCalls.encode)
+        extract = blocking(ModelCalls.extract)
+        score = blocking(ModelCalls.score)
+    models = blocking(ModelCalls.models)
 
     def close(self) -> None:
-        """Stop the core and its loop thread."""
+        """Stop the core (its background precision tune at once, its worker) and join its threads; idempotent."""
+        self._close(None)
+
+    def close_at_exit(self) -> None:
+        self._close(EXIT_PATIENCE_S)
+
+    def _close(self, timeout: float | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        forget(self)
         try:
-            self._run(self._core.close())
+            self.loop_thread.run(self.core.close(), timeout)
         finally:
-            self._loop.stop()
+            self.loop_thread.stop()
 
     def __enter__(self: T) -> T:
         return self
@@ -210,19 +166,8 @@ class SyncFacade(Generic[C]):
 class Client(SyncFacade[AsyncClient]):
     """Blocking HTTP client; the same calls (and the same Retry-After `retry` policy) as AsyncClient."""
 
-    def __init__(
-        self,
-        url: str = "http://127.0.0.1:8080",
-        *,
-        api_key: str | None = None,
-        timeout: float = 300.0,
-        use_json: bool = False,
-        max_items: int | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
+    def __init__(self, url: str = "http://127.0.0.1:8080", **options: Unpack[ClientOptions]) -> None:
         async def make() -> AsyncClient:
-            return AsyncClient(
-                url, api_key=api_key, timeout=timeout, use_json=use_json, max_items=max_items, retry=retry
-            )
+            return AsyncClient(url, **options)
 
         super().__init__(make)

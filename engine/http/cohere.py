@@ -22,7 +22,7 @@ from engine.http.bodies import CohereEmbedBody, CohereRerankBody, request_body
 from engine.http.replies import RouteFamily, engine_of, name_model, read_json_body, timing_headers
 from engine.http.rerank import RERANK_BODY, model_query, positive_int, rerank, text_list
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
-from engine.tasks.results import EncodeResult, JSONObject, JSONValue, Values
+from engine.tasks.results import EncodeReply, JSONObject, JSONValue, Values
 from engine.tasks.task import OutputDtype
 from engine.wire import Decoded, DecodedMap, as_map
 
@@ -115,7 +115,7 @@ async def embed_reply(request: Request, raw: Decoded, *, v1: bool) -> Response:
     dtypes = list(dict.fromkeys(ENGINE_DTYPE[t] for t in types))
     items = [Item(text=t) for t in texts]
 
-    async def run(dtype: OutputDtype) -> EncodeResult:
+    async def run(dtype: OutputDtype) -> EncodeReply:
         params = EncodeRequestParams(output_types=["dense"], output_dtype=dtype, options=options)
         return await engine.run(model, EncodeRequest(items=items, params=params))
 

@@ -20,7 +20,7 @@ from engine.runtime import AsyncEngine
 from engine.tasks.annotate import check_limits
 from engine.tasks.limits import check_count
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
-from engine.tasks.results import EncodeResult, JSONObject, JSONValue
+from engine.tasks.results import EncodeReply, JSONObject, JSONValue
 from engine.tasks.token_input import decode_cl100k, parse_input
 from engine.wire import Decoded, DecodedMap, as_map
 
@@ -70,7 +70,7 @@ async def input_texts(engine: AsyncEngine, body: DecodedMap) -> tuple[str, list[
     return model, await asyncio.to_thread(decode_cl100k, arrays)
 
 
-def embeddings_response(model: str, result: EncodeResult, as_base64: bool) -> JSONObject:
+def embeddings_response(model: str, result: EncodeReply, as_base64: bool) -> JSONObject:
     data: list[JSONValue] = []
     for i, item in enumerate(result["items"]):
         vec = np.asarray(item["dense"]["values"], dtype=np.float32)

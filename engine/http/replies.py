@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from engine.errors import PayloadTooLarge, ShoalError
 from engine.metrics import timed
 from engine.runtime import AsyncEngine
-from engine.tasks.results import JSONObject, Result, Timing
+from engine.tasks.results import JSONObject, Reply, Timing
 from engine.wire import JSON, MSGPACK, BodyLimits, Decoded, decode_body, encode_response, response_type
 
 OFFLOAD_ITEMS = 32  # replies with more items than this are encoded off the event loop
@@ -51,7 +51,7 @@ def timing_headers(timing: Timing) -> dict[str, str]:
     return {h: f"{ms:.2f}" for h, ms in times.items() if ms is not None}
 
 
-async def native_reply(request: Request, result: Result) -> Response:
+async def native_reply(request: Request, result: Reply) -> Response:
     """A native result in the media type the client asked for, with the timing headers; a large one is
     encoded off the event loop."""
     media = response_type(request.headers.get("accept"), request.headers.get("content-type"))

@@ -24,7 +24,7 @@ from engine.http.rerank import RERANK_BODY, documents_rerank, model_query, raw, 
 from engine.runtime import AsyncEngine
 from engine.tasks.annotate import check_limits
 from engine.tasks.requests import EncodeOptions, EncodeRequest, EncodeRequestParams, Item
-from engine.tasks.results import EncodedItem, EncodeResult, JSONObject, JSONValue
+from engine.tasks.results import EncodedItem, EncodeReply, JSONObject, JSONValue
 from engine.tasks.task import OutputType
 from engine.tasks.token_input import parse_input
 from engine.wire import Decoded, DecodedMap, as_map
@@ -94,7 +94,7 @@ def model_of(request: Request, body: DecodedMap, default: str) -> str:
     return model
 
 
-async def encode(request: Request, body: DecodedMap, output: OutputType) -> tuple[list[EncodedItem], EncodeResult]:
+async def encode(request: Request, body: DecodedMap, output: OutputType) -> tuple[list[EncodedItem], EncodeReply]:
     """Encode `inputs` for one output type; (wire items, native result)."""
     engine = engine_of(request)
     model = model_of(request, body, engine.settings.default_model)
@@ -104,7 +104,7 @@ async def encode(request: Request, body: DecodedMap, output: OutputType) -> tupl
     return result["items"], result
 
 
-def reply(content: JSONValue, result: EncodeResult) -> JSONResponse:
+def reply(content: JSONValue, result: EncodeReply) -> JSONResponse:
     return JSONResponse(content, headers=timing_headers(result.get("timing", {})))
 
 

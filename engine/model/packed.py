@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
+from threading import Event
 from typing import Literal
 
 import torch
@@ -25,6 +26,7 @@ from engine.metrics import timed
 from engine.model import lora, memory
 from engine.model.checkpoint import FAMILIES
 from engine.model.heads import CardHeads
+from engine.model.packing import pack_by_budget
 from engine.model.precision import DeviceProfile, cpu_features, device_profile, supported
 from engine.model.quantize import quantize_linears
 from engine.model.readout import OutputSpec, Readout
@@ -38,6 +40,10 @@ Sequences = list[Encoded] | list[list[int]]
 # fresh batch shapes); on AVX512-BF16 without AMX the first call ran at 0.94-0.97x a later one, so the filler's
 # extra tokens were pure cost (bf16 0.96-0.98x). bench/token_buckets.py measures both; it flips this.
 PAD_TO_BUCKETS = "amx" in cpu_features()
+
+
+class ReadCancelled(Exception):
+    """`read_all` stopped before its next batch: the caller's cancel flag was set."""
 
 
 @dataclass
@@ -193,6 +199,26 @@ class PackedModel:
         hidden, batch = self.forward(seqs)  # [T, hidden]
         with timed("postprocess"):
             return self.heads.read(hidden, batch, seqs, spec)
+
+    @torch.inference_mode()
+    def read_all(
+        self, seqs: list[Encoded], spec: OutputSpec, max_tokens: int, max_items: int, cancel: Event | None = None
+    ) -> tuple[Readout, list[tuple[int, int]]]:
+        """The outputs `spec` names of every sequence, in `seqs` order: shortest first in packed batches under
+        `max_tokens` and `max_items`, each batch one `read`; and each batch's (items, tokens). ReadCancelled
+        before a batch once `cancel` is set. The worker's handlers and the quality gate both read through this,
+        so the gate measures what serves."""
+        parts: list[Readout] = []
+        order: list[int] = []
+        sizes: list[tuple[int, int]] = []
+        for batch in pack_by_budget([len(s.ids) for s in seqs], max_tokens, max_items):
+            if cancel is not None and cancel.is_set():
+                raise ReadCancelled
+            part = self.read([seqs[i] for i in batch], spec)
+            parts.append(part)
+            order.extend(batch)
+            sizes.append((len(batch), part.tokens))
+        return Readout.gather(parts, order), sizes
 
     @torch.inference_mode()
     def embed(self, seqs: Sequences) -> Tensor:

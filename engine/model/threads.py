@@ -26,6 +26,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 _compute: ThreadPoolExecutor | None = None
 _compute_lock = threading.Lock()
+_holders = 0  # engines running a worker in this process; the last to close joins the compute thread
 
 
 @dataclass(frozen=True)
@@ -74,3 +75,22 @@ async def in_compute_thread(fn: Callable[P, R], *args: P.args, **kwargs: P.kwarg
     """`fn(*args, **kwargs)` on the compute thread (with the caller's context variables, as asyncio.to_thread)."""
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(compute_thread(), call)
+
+
+def hold_compute_thread() -> None:
+    """An engine that runs a worker holds the compute thread until `release_compute_thread`."""
+    global _holders
+    with _compute_lock:
+        _holders += 1
+
+
+def release_compute_thread() -> None:
+    """One holder fewer; the last one shuts the compute thread down and joins it (after its forward pass in
+    flight, if any), so a closed engine leaves no thread behind; the next use starts a new one."""
+    global _holders, _compute
+    with _compute_lock:
+        _holders = max(0, _holders - 1)
+        if _holders or _compute is None:
+            return
+        pool, _compute = _compute, None
+    pool.shutdown(wait=True)

@@ -8,17 +8,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.errors import InternalError, QueueFull, ShoalError
-from engine.queue.protocol import Delivery, Result
+from engine.queue.protocol import Delivery, Reply
 from engine.tasks.task import Task
 
 
 @dataclass
 class _LocalDelivery:
     task: Task
-    future: asyncio.Future[Result]
+    future: asyncio.Future[Reply]
     queue: InProcessQueue
 
-    async def ack(self, result: Result) -> None:
+    async def ack(self, result: Reply) -> None:
         if not self.future.done():
             self.future.set_result(result)
         # one turn of the event loop per answer: a batch of hundreds settles as a stream of replies, with the
@@ -49,10 +49,10 @@ class InProcessQueue:
         self._pending.append(d)
         self._ready.set()
 
-    async def submit(self, task: Task) -> Result:
+    async def submit(self, task: Task) -> Reply:
         if len(self._pending) >= self.max_depth:
             raise QueueFull(f"{len(self._pending)} tasks are waiting; retry later")
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._put(_LocalDelivery(task, future, self))
         return await future
 

@@ -35,6 +35,7 @@ from engine.residency.entity_gate import (
 from engine.residency.gate import GateResult, GateRun, GateSet, compare, gate_run, load_gate_set
 from engine.residency.ledger import Entry
 from engine.residency.reports import GateFigures, PrecisionState, TuneReport
+from engine.residency.stop import TuneStopped, check
 from engine.residency.store import ProfileStore, device_kind
 from engine.residency.tune import apply_profile
 
@@ -70,23 +71,24 @@ class GateData:
             return cls(entities=entities or load_entity_set())
         return cls(retrieval=retrieval or load_gate_set())
 
-    def warm(self, model: Tunable) -> None:
+    def warm(self, model: Tunable, stop: threading.Event | None = None) -> None:
         """A few texts run once, untimed, before a timed run (kernel set-up, caches)."""
         if isinstance(model, GlinerModel):
             assert self.entities is not None
-            entity_run(model, self.entities, WARMUP_TEXTS)
+            entity_run(model, self.entities, WARMUP_TEXTS, stop)
         else:
             assert self.retrieval is not None
+            check(stop)
             passages = self.retrieval.passages[:WARMUP_TEXTS]
             model.forward(model.encode_texts(passages, truncate=True))
 
-    def run(self, model: Tunable) -> GateRun | EntityRun:
-        """One timed pass of `model` over its set."""
+    def run(self, model: Tunable, stop: threading.Event | None = None) -> GateRun | EntityRun:
+        """One timed pass of `model` over its set; TuneStopped between two batches once `stop` is set."""
         if isinstance(model, GlinerModel):
             assert self.entities is not None
-            return entity_run(model, self.entities)
+            return entity_run(model, self.entities, stop=stop)
         assert self.retrieval is not None
-        return gate_run(model, self.retrieval)
+        return gate_run(model, self.retrieval, stop)
 
     @staticmethod
     def compare(ref: GateRun | EntityRun, run: GateRun | EntityRun, name: str) -> GateResult | EntityGateResult:
@@ -148,11 +150,29 @@ def auto_tune(
 ) -> Outcome:
     """Gate and time each of `precisions` (default: every one the device offers) against the float32
     `reference`; pick the fastest that passed, if it beat float32 by `min_speedup`. No further precision starts
-    after `budget_s` seconds or once `stop` is set."""
-    data = GateData.of(reference, gate_set, entity_set)
+    after `budget_s` seconds; once `stop` is set the run ends before its next batch, and the outcome (float32,
+    incomplete) is not recorded."""
+    try:
+        return _auto_tune(
+            reference, stop, budget_s, GateData.of(reference, gate_set, entity_set), precisions, variant, min_speedup
+        )
+    except TuneStopped:
+        report: TuneReport = {"auto": True, "reason": "auto-tune stopped before it finished; float32 serves"}
+        return Outcome(reference.precision.profile, report, reference, complete=False)
+
+
+def _auto_tune(
+    reference: Tunable,
+    stop: threading.Event | None,
+    budget_s: float,
+    data: GateData,
+    precisions: list[str] | None,
+    variant: Variant,
+    min_speedup: float,
+) -> Outcome:
     started = time.monotonic()
-    data.warm(reference)
-    ref = data.run(reference)
+    data.warm(reference, stop)
+    ref = data.run(reference, stop)
     speeds = {"float32": ref.tokens_per_s}
     gates: dict[str, GateFigures] = {}
     skipped: list[str] = []
@@ -163,8 +183,10 @@ def auto_tune(
             continue
         try:
             model = variant(reference, name)
-            data.warm(model)
-            run = data.run(model)
+            data.warm(model, stop)
+            run = data.run(model, stop)
+        except TuneStopped:
+            raise
         except Exception as exc:  # noqa: BLE001 - a precision that cannot run is refused, never served
             gates[name] = {"precision": name, "passed": False, "error": f"{type(exc).__name__}: {exc}"}
             continue
@@ -179,9 +201,9 @@ def auto_tune(
     for _ in range(SPEED_ROUNDS if passed else 0):
         if (stop is not None and stop.is_set()) or time.monotonic() - started > budget_s:
             break
-        speeds["float32"] = max(speeds["float32"], data.run(reference).tokens_per_s)
+        speeds["float32"] = max(speeds["float32"], data.run(reference, stop).tokens_per_s)
         for name, model in passed.items():
-            speeds[name] = max(speeds[name], data.run(model).tokens_per_s)
+            speeds[name] = max(speeds[name], data.run(model, stop).tokens_per_s)
     best = passed[max(passed, key=lambda n: speeds[n])] if passed else None
     fast = best is not None and speeds[best.precision.name] >= min_speedup * speeds["float32"]
     chosen = best if best is not None and fast else reference
@@ -251,7 +273,11 @@ class BackgroundTuner:
     async def _run(self, loaded: Tunable, swap: Swap) -> None:
         model = loaded.card.id
         try:
-            outcome = await asyncio.to_thread(self._tune, loaded, self._stop)
+            try:
+                outcome = await asyncio.to_thread(self._tune, loaded, self._stop)
+            except asyncio.CancelledError:  # the loop is shutting down: the thread stops before its next batch
+                self._stop.set()
+                raise
             if outcome.complete:
                 self.store.put(model, device_kind(loaded.device), outcome.profile, outcome.report)
                 if outcome.model is not loaded:

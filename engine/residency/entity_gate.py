@@ -13,12 +13,14 @@ spans, or the gate has nothing to measure and refuses every candidate.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.model.gliner_runtime import GlinerModel, Window
 from engine.residency.reports import GateFigures
+from engine.residency.stop import check
 
 ENTITY_SET = Path(__file__).parent / "data" / "gliner_gate.jsonl"
 MIN_ENTITY_F1 = 0.95
@@ -53,9 +55,12 @@ class EntityRun:
         return self.tokens / max(self.seconds, 1e-9)
 
 
-def entity_run(model: GlinerModel, data: EntitySet, limit: int | None = None) -> EntityRun:
+def entity_run(
+    model: GlinerModel, data: EntitySet, limit: int | None = None, stop: threading.Event | None = None
+) -> EntityRun:
     """Run the set (its first `limit` texts) through `model` once, timed (word split and token counts
-    included, as a request's would be), at the card's threshold, one window per text."""
+    included, as a request's would be), at the card's threshold, one window per text; TuneStopped before the
+    next batch once `stop` is set."""
     threshold = model.card.extract.threshold if model.card.extract is not None else 0.5
     started = time.perf_counter()
     windows, tokens = [], 0
@@ -65,6 +70,7 @@ def entity_run(model: GlinerModel, data: EntitySet, limit: int | None = None) ->
         windows.append(Window(words, labels, threshold, flat_ner=True, multi_label=False))
     spans: set[SpanKey] = set()
     for at in range(0, len(windows), BATCH):
+        check(stop)
         for i, found in enumerate(model.predict(windows[at : at + BATCH]), start=at):
             spans.update((i, s.start, s.end, s.label) for s in found)
     return EntityRun(frozenset(spans), tokens, time.perf_counter() - started)

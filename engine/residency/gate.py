@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,18 +26,18 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.errors import InvalidInput
-from engine.model.heads import maxsim_scores
-from engine.model.packed import PackedModel
-from engine.model.packing import pack_by_budget
+from engine.model.heads import maxsim_scores, sentence_vectors
+from engine.model.packed import PackedModel, ReadCancelled
 from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded
 from engine.residency.reports import GateFigures
+from engine.residency.stop import TuneStopped
 
 GATE_SET = Path(__file__).parent / "data" / "gate.jsonl"
 MIN_COSINE = 0.995  # mean over the gate set's texts
 MIN_WORST_COSINE = 0.99  # every single text
 MAX_NDCG_DROP = 0.01
-TOKEN_BUDGET = 4096
+MAX_ITEMS = 256  # sequences one gate batch may take (a worker's default item cap)
 
 
 @dataclass(frozen=True)
@@ -123,16 +124,17 @@ class GateRun:
         return self.tokens / max(self.seconds, 1e-9)
 
 
-def gate_run(model: PackedModel, data: GateSet | None = None) -> GateRun:
-    """Run the gate set through `model` once, timed (tokenising included, as a request would be)."""
+def gate_run(model: PackedModel, data: GateSet | None = None, stop: threading.Event | None = None) -> GateRun:
+    """Run the gate set through `model` once, timed (tokenising included, as a request would be); TuneStopped
+    before the next batch once `stop` is set."""
     data = data or load_gate_set()
     card = model.card
     started = time.perf_counter()
     values: list[Tensor] | Tensor
     if "encode" in card.tasks and {"dense", "sparse", "multivector"} & set(card.outputs):
-        values, ndcg, tokens = _retrieval(model, data)
+        values, ndcg, tokens = _retrieval(model, data, stop)
     elif card.score is not None and card.score.kind == "classifier":
-        values, ndcg, tokens = _rerank(model, data)
+        values, ndcg, tokens = _rerank(model, data, stop)
     else:
         raise InvalidInput(f"model {card.id!r}: the quality gate covers embedders and cross-encoders only")
     return GateRun(values, ndcg, tokens, time.perf_counter() - started)
@@ -160,31 +162,33 @@ def _cosines(ref: list[Tensor], got: list[Tensor]) -> Tensor:
     return torch.stack([F.cosine_similarity(a, b, dim=-1).mean() for a, b in zip(ref, got, strict=True)])
 
 
-@torch.inference_mode()
-def _run(model: PackedModel, seqs: list[Encoded], spec: OutputSpec) -> Readout:
-    """The outputs `spec` names of every sequence, over packed batches (the model asked once per batch); in
-    `seqs` order."""
-    parts, order = [], []
-    for batch in pack_by_budget([len(s.ids) for s in seqs], TOKEN_BUDGET, 256):
-        parts.append(model.read([seqs[i] for i in batch], spec))
-        order.extend(batch)
-    return Readout.gather(parts, order)
+def _run(model: PackedModel, seqs: list[Encoded], spec: OutputSpec, stop: threading.Event | None) -> Readout:
+    """The outputs `spec` names of every sequence, read as a worker reads them (PackedModel.read_all, packed
+    under the card's token budget); TuneStopped before the next batch once `stop` is set."""
+    try:
+        read, _ = model.read_all(seqs, spec, model.precision.profile.max_batch_tokens, MAX_ITEMS, stop)
+    except ReadCancelled:
+        raise TuneStopped from None
+    return read
 
 
-def _outputs(model: PackedModel, texts: list[str], is_query: bool) -> tuple[list[Tensor], int]:
-    """The card's main encode output per text: a normalised dense vector, SPLADE weights over the vocabulary,
-    or normalised token vectors."""
+def _outputs(
+    model: PackedModel, texts: list[str], is_query: bool, stop: threading.Event | None
+) -> tuple[list[Tensor], int]:
+    """The card's main encode output per text, as an encode request with the card's defaults gets it: the
+    card's prefix (ModelCard.prefix), its normalisation (sentence_vectors, as the encode handler shapes a dense
+    vector), SPLADE weights over the vocabulary, or token vectors."""
     card = model.card
-    prefix = (card.query_instruction if is_query else card.document_instruction) or ""
+    prefix = card.prefix(is_query)
     seqs = model.encode_texts([prefix + t for t in texts], truncate=True, is_query=is_query)
     tokens = sum(len(s.ids) for s in seqs)
     if "dense" in card.outputs:
-        rows = _run(model, seqs, OutputSpec.of("dense")).dense
-        return [F.normalize(r, dim=-1) for r in rows], tokens
+        rows = _run(model, seqs, OutputSpec.of("dense"), stop).dense
+        return list(sentence_vectors(torch.stack(rows), None, card.normalize)), tokens
     if "sparse" in card.outputs:
-        weights = _run(model, seqs, OutputSpec.of("sparse")).sparse
+        weights = _run(model, seqs, OutputSpec.of("sparse"), stop).sparse
         return [_densify(ids, vals, model.vocab_size) for ids, vals in weights], tokens
-    return _run(model, seqs, OutputSpec.of("multivector")).multivector, tokens
+    return _run(model, seqs, OutputSpec.of("multivector"), stop).multivector, tokens
 
 
 def _densify(ids: npt.NDArray[np.int32], values: npt.NDArray[np.float32], size: int) -> Tensor:
@@ -193,10 +197,10 @@ def _densify(ids: npt.NDArray[np.int32], values: npt.NDArray[np.float32], size: 
     return row
 
 
-def _retrieval(model: PackedModel, data: GateSet) -> tuple[list[Tensor], float, int]:
+def _retrieval(model: PackedModel, data: GateSet, stop: threading.Event | None) -> tuple[list[Tensor], float, int]:
     """Every text's output (passages, then queries), the queries' nDCG@10 over all passages, and the tokens run."""
-    passages, p_tokens = _outputs(model, data.passages, is_query=False)
-    queries, q_tokens = _outputs(model, data.queries, is_query=True)
+    passages, p_tokens = _outputs(model, data.passages, False, stop)
+    queries, q_tokens = _outputs(model, data.queries, True, stop)
     if passages[0].dim() == 2:  # token vectors: MaxSim
         scores = torch.tensor([maxsim_scores(q, passages) for q in queries])
     else:
@@ -204,7 +208,7 @@ def _retrieval(model: PackedModel, data: GateSet) -> tuple[list[Tensor], float, 
     return passages + queries, ndcg_at_10(scores, data.relevant), p_tokens + q_tokens
 
 
-def _rerank(model: PackedModel, data: GateSet) -> tuple[Tensor, float, int]:
+def _rerank(model: PackedModel, data: GateSet, stop: threading.Event | None) -> tuple[Tensor, float, int]:
     """A cross-encoder's scores for each query against the passages of its topic and the next topic, their
     nDCG@10, and the tokens run."""
     topics = list(dict.fromkeys(data.topic(i) for i in range(len(data.passages))))
@@ -215,7 +219,7 @@ def _rerank(model: PackedModel, data: GateSet) -> tuple[Tensor, float, int]:
         candidates.append(by_topic[topics[t]] + by_topic[topics[(t + 1) % len(topics)]])
     pairs = [(q, data.passages[p]) for q, pool in zip(data.queries, candidates, strict=True) for p in pool]
     seqs = model.encode_pairs(pairs, truncate=True)
-    flat = torch.tensor(_run(model, seqs, OutputSpec.of("score")).score)
+    flat = torch.tensor(_run(model, seqs, OutputSpec.of("score"), stop).score)
     width = len(candidates[0])
     tokens = sum(len(s.ids) for s in seqs)
     return flat, ndcg_at_10(flat.view(len(candidates), width), data.relevant, candidates), tokens

@@ -82,8 +82,7 @@ def encode_task(card: ModelCard, req: EncodeRequest, settings: EngineSettings, t
     if opts.dimensions is not None and card.dense_dim and opts.dimensions > card.dense_dim:
         raise InvalidInput(f"dimensions {opts.dimensions} is over the model's {card.dense_dim}")
     is_query = bool(opts.is_query)
-    card_prefix = card.query_instruction if is_query else card.document_instruction
-    prefix = (instruction if instruction is not None else card_prefix) or ""
+    prefix = card.prefix(is_query, instruction)
     est_tokens = sum(estimate_tokens(it.text) for it in items) + len(items) * len(prefix) // 4
     check_tokens(est_tokens, settings)
     params = EncodeParams(

@@ -3,18 +3,37 @@
 They are TypedDicts: at run time plain dicts, so they index, compare and serialise (JSON, msgpack) exactly as
 the dicts they replace, and the NATS msgpack form decodes to the same type with no conversion; to mypy each
 field has its type. In process a vector's `values` is a numpy array; after JSON it is a list of numbers.
+A reply read back at a boundary is validated against them by pydantic (engine/tasks/checked.py), which on Python
+3.11 needs typing_extensions' TypedDict.
 """
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import Annotated, NotRequired
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import PlainValidator
+from typing_extensions import TypeAliasType, TypedDict
 
-Values = npt.NDArray[np.generic] | list[float] | list[int]  # an array in process, a list after JSON
+
+def _numbers(value: object) -> object:
+    """A reply's array as it came (numpy from msgpack, nested lists from JSON), checked to hold only numbers."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return value
+    if isinstance(value, list):
+        try:
+            if np.asarray(value, dtype=np.float64).ndim >= 1 or not value:
+                return value
+        except (TypeError, ValueError):
+            pass
+    raise ValueError("an array of numbers")
+
+
+# an array in process, a list after JSON; a reply read back at a boundary is checked to hold numbers only
+Values = Annotated[npt.NDArray[np.generic] | list[float] | list[int], PlainValidator(_numbers)]
 JSONScalar = str | int | float | bool | None
-JSONValue = JSONScalar | list["JSONValue"] | dict[str, "JSONValue"]
+JSONValue = TypeAliasType("JSONValue", "JSONScalar | list[JSONValue] | dict[str, JSONValue]")  # recursive
 JSONObject = dict[str, JSONValue]  # a JSON object whose shape is the caller's (request bodies, metadata)
 
 
@@ -53,7 +72,7 @@ class MultiVector(TypedDict):
 class SparseVector(TypedDict):
     """One text's vocabulary weights: the non-zero ids and their weights."""
 
-    dims: int
+    dims: NotRequired[int]  # the vocabulary size; shoal always sends it, the wire contract makes it optional
     dtype: str
     indices: Values
     values: Values
@@ -68,11 +87,11 @@ class EncodedItem(TypedDict, total=False):
     sparse: SparseVector
 
 
-class EncodeResult(TypedDict):
+class EncodeReply(TypedDict):
     """An encode task's answer, in input order."""
 
     items: list[EncodedItem]
-    usage: Usage
+    usage: NotRequired[Usage]  # shoal always sends it; other SIE-compatible servers may not
     timing: NotRequired[Timing]
     model: NotRequired[str]
     precision: NotRequired[str]  # the precision of the model that served it
@@ -86,11 +105,11 @@ class ScoreEntry(TypedDict):
     rank: int
 
 
-class ScoreResult(TypedDict):
+class ScoreReply(TypedDict):
     """A score task's answer, best first."""
 
     scores: list[ScoreEntry]
-    usage: Usage
+    usage: NotRequired[Usage]  # shoal always sends it; other SIE-compatible servers may not
     query_id: NotRequired[str]
     timing: NotRequired[Timing]
     model: NotRequired[str]
@@ -123,14 +142,14 @@ class ExtractedItem(TypedDict):
     data: JSONObject
 
 
-class ExtractResult(TypedDict):
+class ExtractReply(TypedDict):
     """An extract task's answer, in input order."""
 
     items: list[ExtractedItem]
-    usage: Usage
+    usage: NotRequired[Usage]  # shoal always sends it; other SIE-compatible servers may not
     timing: NotRequired[Timing]
     model: NotRequired[str]
     precision: NotRequired[str]  # the precision of the model that served it
 
 
-Result = EncodeResult | ScoreResult | ExtractResult  # what a task settles with
+Reply = EncodeReply | ScoreReply | ExtractReply  # what a task settles with

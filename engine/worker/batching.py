@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.model.packed import PackedModel
-from engine.model.packing import pack_by_budget
 from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded
 
@@ -24,14 +23,11 @@ class BatchLimits:
 def run_packed(
     model: PackedModel, seqs: list[Encoded], limits: BatchLimits, spec: OutputSpec, on_batch: BatchHook | None = None
 ) -> Readout:
-    """The outputs `spec` names of every sequence, in `seqs` order: shortest first in packed batches, the
-    model asked once per batch (forward and heads together)."""
-    parts: list[Readout] = []
-    order: list[int] = []
-    for batch in pack_by_budget([len(s.ids) for s in seqs], limits.max_tokens, limits.max_items):
-        part = model.read([seqs[i] for i in batch], spec)
-        parts.append(part)
-        order.extend(batch)
-        if on_batch is not None:
-            on_batch(len(batch), part.tokens)
-    return Readout.gather(parts, order)
+    """The outputs `spec` names of every sequence, in `seqs` order, under this worker's batch limits: one call
+    into the model, which packs, reads each batch and gathers (PackedModel.read_all); then `on_batch(items,
+    tokens)` for each batch it ran, here on the worker's side."""
+    read, sizes = model.read_all(seqs, spec, limits.max_tokens, limits.max_items)
+    if on_batch is not None:
+        for items, tokens in sizes:
+            on_batch(items, tokens)
+    return read

@@ -12,6 +12,7 @@ from agent_tools.cli import TaxonomyOpt
 from shoal.failures import CliError
 
 if TYPE_CHECKING:  # imported when a command runs, never for --help
+    from engine.build import RouterFactory
     from engine.config import EngineSettings
 
 # Options shared by `serve` and `worker` (declared once).
@@ -152,6 +153,9 @@ def serve(
     collection: Annotated[str | None, typer.Option(help="default collection of --db")] = None,
 ) -> None:
     """Run the HTTP server and the web console at /: embedded engine, or with --queue a gateway for workers."""
+    from agent_tools.cli import named_taxonomies, tuned_adapters
+
+    taxonomies = named_taxonomies(taxonomy)
     settings = settings_from(
         host=host,
         port=port,
@@ -171,43 +175,63 @@ def serve(
         metrics_port=metrics_port,
         cors_origins=cors_origin,
     )
-    check_auth(settings)  # before loading anything
+    # a tuned taxonomy fit's adapter is served by its path, next to the folders SHOAL_LORA_FOLDERS names
+    settings = settings.model_copy(update={"lora_folders": [*settings.lora_folders, *tuned_adapters(taxonomies)]})
+    check_serve(settings)  # before loading anything
+    from engine.build import build_app
+    from engine.http.server import serve_app
+
+    routers = [tools_routes(taxonomies, search_db, search_collection, db, collection)]
+    if db:
+        routers.append(search_routes(db, collection))
+        from pipeline.discovery import announce
+
+        announce(db, settings.host, settings.port)  # `shoal search` on this store finds this server
+    serve_app(build_app(settings, routers), settings, log_level)
+
+
+def check_serve(settings: EngineSettings) -> None:
+    """Every one-line refusal `serve` gives before it loads a model: keys, addresses, preloaded models."""
+    check_auth(settings)
     check_bind(settings.host, settings.port)
     if settings.metrics_port is not None:
         if settings.metrics_port == settings.port:
-            raise CliError("ADDRESS_IN_USE", f"--metrics-port {settings.metrics_port} is the API port too",
-                           "give /metrics a port of its own, or leave --metrics-port out")  # fmt: skip
+            hint = "give /metrics a port of its own, or leave --metrics-port out"
+            raise CliError("ADDRESS_IN_USE", f"--metrics-port {settings.metrics_port} is the API port too", hint)
         check_bind(settings.host, settings.metrics_port, "--metrics-port")
     if not settings.queue_url:  # a gateway loads nothing; its workers check their own models
         check_preload(settings)
-    from agent_tools.cli import named_taxonomies, tuned_adapters
+
+
+def tools_routes(
+    taxonomies: dict[str, Path],
+    search_dbs: list[str] | None,
+    search_collections: list[str] | None,
+    db: str | None,
+    collection: str | None,
+) -> RouterFactory:
+    """GET /v1/tools and POST /v1/tools/{name} over the serving engine; the search tool opens only the stores
+    and collections configured here (as model folders: off unless asked)."""
     from agent_tools.config import ToolOverrides, ToolSettings
     from agent_tools.http import tools_router
-    from engine.http.app import create_app
-    from engine.http.server import serve_app
-    from engine.runtime import AsyncEngine
 
-    # the search tool opens only the stores and collections configured here (as model folders: off unless asked)
-    tools: ToolOverrides = {"open_stores": False, "search_dbs": search_db or []}
-    tools["search_collections"] = search_collection or []
-    if taxonomy:
-        tools["taxonomies"] = named_taxonomies(taxonomy)
-        settings.lora_folders += tuned_adapters(tools["taxonomies"])  # a tuned fit's adapter, served by its path
-    engine = AsyncEngine(settings, worker=not settings.queue_url)  # with a queue, workers run elsewhere
-    http = create_app(engine)
+    tools: ToolOverrides = {"open_stores": False, "search_dbs": search_dbs or []}
+    tools["search_collections"] = search_collections or []
+    if taxonomies:
+        tools["taxonomies"] = taxonomies
     if db:
         tools["db"] = db
         if collection:
             tools["collection"] = collection
-    http.include_router(tools_router(engine, ToolSettings(**tools)))  # GET /v1/tools, POST /v1/tools/{name}
-    if db:
-        from pipeline.http import search_router
+    settings = ToolSettings(**tools)
+    return lambda engine: tools_router(engine, settings)
 
-        http.include_router(search_router(engine, db, collection))  # GET/POST /v1/search (the console's page)
-        from pipeline.discovery import announce
 
-        announce(db, settings.host, settings.port)  # `shoal search` on this store finds this server
-    serve_app(http, settings, log_level)
+def search_routes(db: str, collection: str | None) -> RouterFactory:
+    """GET/POST /v1/search (the console's page) over one store, queries run through the serving engine."""
+    from pipeline.http import search_router
+
+    return lambda engine: search_router(engine, db, collection)
 
 
 def worker(

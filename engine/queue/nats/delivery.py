@@ -22,7 +22,7 @@ from engine.errors import (
 from engine.metrics import QUEUE_EXPIRED
 from engine.queue.nats.connection import NATS_ERRORS
 from engine.queue.nats.messages import Answer, error_answer
-from engine.queue.protocol import Result
+from engine.queue.protocol import Reply
 from engine.tasks.task import Task
 from engine.wire import packb
 
@@ -70,9 +70,9 @@ class NatsDelivery:
         with contextlib.suppress(*NATS_ERRORS):  # a lost ack means a redelivery, and the gateway drops duplicates
             await (self.msg.ack() if how == "ack" else self.msg.term())
 
-    async def ack(self, result: Result) -> None:
+    async def ack(self, result: Reply) -> None:
         with contextlib.suppress(*NATS_ERRORS):
-            await self._answer({"id": self.task.id, "result": result})
+            await self._answer({"id": self.task.id, "kind": self.task.kind, "result": result})
         await self._settle("ack")
 
     async def nak(self, delay: float = 0.0) -> None:

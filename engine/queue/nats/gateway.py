@@ -28,7 +28,7 @@ from engine.queue.nats.dead import on_max_deliveries
 from engine.queue.nats.messages import answer_error, pack_work, read_answer
 from engine.queue.nats.presence import RETRY_S, Roll
 from engine.queue.nats.subjects import BELL, MAX_DELIVERIES, WORK, subject_token
-from engine.queue.protocol import Result
+from engine.queue.protocol import Reply
 from engine.tasks.task import Task
 
 log = logging.getLogger("shoal.nats")
@@ -42,7 +42,7 @@ class GatewaySide:
     def __init__(self, nc: NATS, js: JetStreamContext, settings: EngineSettings) -> None:
         self.nc, self.js, self.settings = nc, js, settings
         self.refreshes = 0  # pending-count refreshes completed so far (tests wait on it)
-        self._waiting: dict[str, asyncio.Future[Result]] = {}
+        self._waiting: dict[str, asyncio.Future[Reply]] = {}
         self._pending = 0
         self._published = 0  # publishes so far; tells a pending-count refresh that raced one
         self._models: dict[str, str] = {}  # subject token -> model id of every model submitted (catalogue-bounded)
@@ -62,7 +62,7 @@ class GatewaySide:
         advisories = f"{MAX_DELIVERIES}.{self.settings.queue_stream}.*"
         await self.nc.subscribe(advisories, cb=self._on_max_deliveries)
 
-    async def submit(self, task: Task) -> Result:
+    async def submit(self, task: Task) -> Reply:
         if not self.nc.is_connected:  # reconnecting: a publish would wait out its 5 s timeout for the same 503
             raise QueueFull("the queue is unreachable (reconnecting to NATS); retry later", retry_after=1.0)
         limit = self.settings.queue_pending_limit
@@ -76,7 +76,7 @@ class GatewaySide:
         if not served and self.settings.queue_worker_wait_s == 0:
             raise self._no_worker(task.model)
         self._models.setdefault(token, task.model)
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiting[task.id] = future
         try:
             try:
@@ -110,7 +110,7 @@ class GatewaySide:
             f"no worker is pulling model {model!r} from the queue; start one (`shoal worker`) that serves it"
         )
 
-    async def _await_worker(self, model: str, token: str, future: asyncio.Future[Result]) -> None:
+    async def _await_worker(self, model: str, token: str, future: asyncio.Future[Reply]) -> None:
         """A published task no worker pulls yet: 503 NO_WORKER unless one appears within queue_worker_wait_s
         (an autoscaler waking a pool on the backlog this task adds)."""
         loop = asyncio.get_running_loop()

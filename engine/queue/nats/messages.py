@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict, cast
+from typing import NotRequired, TypedDict
 
 from engine.errors import InternalError, ShoalError, error_from_code
-from engine.tasks.results import Result
+from engine.tasks.checked import checked_reply
+from engine.tasks.results import Reply
 from engine.tasks.task import Task
 from engine.wire import packb, unpackb
 
@@ -26,10 +27,12 @@ class ErrorAnswer(TypedDict):
 
 
 class Answer(TypedDict):
-    """A worker's answer on the reply inbox: the task's id and its result or its error."""
+    """A worker's answer on the reply inbox: the task's id and its result (with the task's kind, which says the
+    result's type) or its error."""
 
     id: str
-    result: NotRequired[Result]
+    kind: NotRequired[str]
+    result: NotRequired[Reply]
     error: NotRequired[ErrorAnswer]
 
 
@@ -53,8 +56,8 @@ def error_answer(error: ShoalError) -> ErrorAnswer:
 
 
 def read_answer(data: bytes) -> Answer:
-    """An answer as a worker packed it (NatsDelivery.ack / term); its result is the Result of the task's kind,
-    which msgpack gives back untyped (arrays included, as the worker packed them)."""
+    """An answer as a worker packed it (NatsDelivery.ack / term); its result is checked against the reply type
+    of its task's kind, and a malformed one becomes an INTERNAL error answer for the task that waits on it."""
     body = unpackb(data)
     if not isinstance(body, dict):
         raise InternalError("an answer is a map with the task's 'id'")
@@ -66,7 +69,12 @@ def read_answer(data: bytes) -> Answer:
         if isinstance(retry, int | float):
             answer["error"]["retry_after"] = float(retry)
     elif "result" in body:
-        answer["result"] = cast(Result, body["result"])
+        try:
+            answer["result"] = checked_reply(str(body.get("kind")), body["result"], "a worker's answer")
+        except ShoalError as e:
+            answer["error"] = error_answer(e)
+    else:
+        answer["error"] = {"code": InternalError.code, "message": "a worker's answer has neither result nor error"}
     return answer
 
 

@@ -13,7 +13,7 @@ from engine.errors import InternalError
 from engine.queue.nats.connection import NATS_ERRORS, connect
 from engine.queue.nats.gateway import GatewaySide
 from engine.queue.nats.worker import WorkerSide
-from engine.queue.protocol import Delivery, Result
+from engine.queue.protocol import Delivery, Reply
 from engine.tasks.task import Task
 
 
@@ -42,7 +42,7 @@ class NatsQueue:
     def max_payload(self) -> int:
         return self.nc.max_payload
 
-    async def submit(self, task: Task) -> Result:
+    async def submit(self, task: Task) -> Reply:
         if self.gateway is None:
             raise InternalError("this queue was opened without a gateway side")
         return await self.gateway.submit(task)

@@ -11,17 +11,17 @@ from engine.catalogue.cards import TaskKind
 from engine.errors import InternalError, InvalidInput, ShoalError
 from engine.metrics import STAGE_SECONDS
 from engine.model.loaded import LoadedModel
-from engine.tasks.results import EncodeResult, ExtractResult, ScoreResult, Timing, Usage
+from engine.tasks.results import EncodeReply, ExtractReply, ScoreReply, Timing, Usage
 from engine.tasks.task import Task
 from engine.worker.batching import BatchHook, BatchLimits
 
-TaskResult = EncodeResult | ScoreResult | ExtractResult
+TaskResult = EncodeReply | ScoreReply | ExtractReply
 Outcome = TaskResult | ShoalError  # what a task settles with: its result, or the error that fails it alone
 
 M = TypeVar("M", bound=LoadedModel)  # the loaded-model kind a handler needs
 P = TypeVar("P")  # what preparing one task gives
 Out = TypeVar("Out")  # what running gives one task, before it is shaped
-R = TypeVar("R", EncodeResult, ScoreResult, ExtractResult)  # the task kind's typed result
+R = TypeVar("R", EncodeReply, ScoreReply, ExtractReply)  # the task kind's typed result
 Params = TypeVar("Params")
 
 

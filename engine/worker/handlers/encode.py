@@ -8,14 +8,14 @@ from engine.metrics import timed
 from engine.model.packed import PackedModel
 from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded
-from engine.tasks.results import EncodedItem, EncodeResult
+from engine.tasks.results import EncodedItem, EncodeReply
 from engine.tasks.task import EncodeParams, Task
 from engine.worker import outputs
 from engine.worker.batching import BatchHook, BatchLimits, run_packed
 from engine.worker.handlers.base import TaskHandler, params_of, usage
 
 
-class EncodeHandler(TaskHandler[PackedModel, list[Encoded], Readout, EncodeResult]):
+class EncodeHandler(TaskHandler[PackedModel, list[Encoded], Readout, EncodeReply]):
     """Dense vectors, token vectors (multivector) and sparse weights, from one model call per batch."""
 
     kind = "encode"
@@ -42,7 +42,7 @@ class EncodeHandler(TaskHandler[PackedModel, list[Encoded], Readout, EncodeResul
         return read.split([len(encoded) for _, encoded in work])
 
     @torch.inference_mode()
-    def finish(self, model: PackedModel, task: Task, prepared: list[Encoded], out: Readout) -> EncodeResult:
+    def finish(self, model: PackedModel, task: Task, prepared: list[Encoded], out: Readout) -> EncodeReply:
         """The outputs the task asked for, truncated, normalised and quantised as it asked."""
         p = params_of(task, EncodeParams)
         items: list[EncodedItem] = [{"id": it.id} if it.id is not None else {} for it in task.items]

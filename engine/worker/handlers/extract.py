@@ -14,7 +14,7 @@ from engine.errors import InvalidInput
 from engine.model.gliner_runtime import GlinerModel
 from engine.model.loaded import LoadedModel
 from engine.model.packed import PackedModel
-from engine.tasks.results import Entity, ExtractedItem, ExtractResult
+from engine.tasks.results import Entity, ExtractedItem, ExtractReply
 from engine.tasks.task import ExtractParams, Task
 from engine.worker.batching import BatchHook, BatchLimits
 from engine.worker.extraction import classes, entities
@@ -32,7 +32,7 @@ def _packed(model: LoadedModel, mode: str) -> PackedModel:
     return model
 
 
-class ExtractHandler(TaskHandler[GlinerModel | PackedModel, Prepared, Found, ExtractResult]):
+class ExtractHandler(TaskHandler[GlinerModel | PackedModel, Prepared, Found, ExtractReply]):
     """Entities ({text, label, score, start, end}) or classifications ({label, score}) of each item."""
 
     kind = "extract"
@@ -78,7 +78,7 @@ class ExtractHandler(TaskHandler[GlinerModel | PackedModel, Prepared, Found, Ext
             found.update(zip(idx, scores, strict=True))
         return [found[i] for i in range(len(work))]
 
-    def finish(self, model: GlinerModel | PackedModel, task: Task, prepared: Prepared, out: Found) -> ExtractResult:
+    def finish(self, model: GlinerModel | PackedModel, task: Task, prepared: Prepared, out: Found) -> ExtractReply:
         """The wire items: the entities found in each item, or its labels best first."""
         if isinstance(prepared, entities.TaskWindows) and isinstance(out, list):
             return {"items": entities.result_items(task, out), "usage": usage(entities.usage_tokens(prepared))}

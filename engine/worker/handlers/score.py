@@ -14,7 +14,7 @@ from engine.model.heads import maxsim_scores
 from engine.model.packed import PackedModel
 from engine.model.readout import OutputSpec, Readout
 from engine.model.sequences import Encoded
-from engine.tasks.results import ScoreEntry, ScoreResult
+from engine.tasks.results import ScoreEntry, ScoreReply
 from engine.tasks.task import ScoreParams, Task
 from engine.worker.batching import BatchHook, BatchLimits, run_packed
 from engine.worker.handlers.base import TaskHandler, params_of, usage
@@ -59,7 +59,7 @@ def ranked(task: Task, values: list[float]) -> list[ScoreEntry]:
     ]
 
 
-class ScoreHandler(TaskHandler[PackedModel, list[Encoded], Readout, ScoreResult]):
+class ScoreHandler(TaskHandler[PackedModel, list[Encoded], Readout, ScoreReply]):
     """Relevance of each candidate to the query, ranked."""
 
     kind = "score"
@@ -85,7 +85,7 @@ class ScoreHandler(TaskHandler[PackedModel, list[Encoded], Readout, ScoreResult]
         read = run_packed(model, [e for _, encoded in work for e in encoded], limits, wanted, on_batch)
         return read.split([len(encoded) for _, encoded in work])
 
-    def finish(self, model: PackedModel, task: Task, prepared: list[Encoded], out: Readout) -> ScoreResult:
+    def finish(self, model: PackedModel, task: Task, prepared: list[Encoded], out: Readout) -> ScoreReply:
         """The candidates ranked by score (MaxSim of the query's token vectors against each candidate's)."""
         maxsim = model.card.score is not None and model.card.score.kind == "maxsim"
         values = maxsim_scores(out.multivector[0], out.multivector[1:]) if maxsim else out.score
