@@ -13,6 +13,7 @@ from pipeline import PipelineConfig, Searcher, ingest_async
 from tests.store_backends import store_url, unique
 
 DOCS = Path(__file__).resolve().parent / "data" / "exact_terms"
+pytestmark = pytest.mark.slow  # three ingests through the engine
 RARE = "The zebra-otter rule: never share one ffi_cif between threads while preparing it."
 
 
