@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import pickle
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.retrieval import NAMES, STORES, doc_ranking, known_items, ndcg10
+from bench.retrieval import NAMES, STORES, doc_ranking, known_items, ndcg10, reused_embeddings
 from bench.retrieval_sets import COLLECTIONS
 
 DEEP = 300
@@ -29,11 +30,11 @@ WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7)
 SHARES = (None, 0.01, 0.02, 0.05)
 
 
-async def raw_rankings(engine: Any, url: str, folder: Path, texts: list[str]) -> list[tuple[list[Any], list[Any]]]:
+async def raw_rankings(engine: Any, writer: Any, url: str, folder: Path, texts: list[str]) -> list[tuple[list[Any], list[Any]]]:  # fmt: skip
     from connectors.base import SearchRequest
     from pipeline import PipelineConfig, Searcher, ingest_async
 
-    await ingest_async(folder, PipelineConfig(db=url), client=engine)
+    await ingest_async(folder, PipelineConfig(db=url), client=writer)
     out = []
     async with Searcher(url, client=engine) as s:
         for t in texts:
@@ -88,11 +89,18 @@ async def main() -> None:
         folder = work / "docs"
         folder.mkdir(parents=True, exist_ok=True)
         for d, text in coll.docs.items():
-            (folder / f"{d}.txt").write_text(text + "\n")
+            if not (folder / f"{d}.txt").is_file():
+                (folder / f"{d}.txt").write_text(text + "\n")
         table: dict[str, dict[str, tuple[float, float]]] = {}
         async with AsyncEngine(float32_settings()) as engine:
+            writer = reused_embeddings(engine)
             for key in args.stores.split(","):
-                raw = await raw_rankings(engine, STORES[key].format(d=work), folder, texts)
+                kept = work / f"raw-{key}.pkl"  # a kept work folder (--work) fetches the rankings once
+                if kept.is_file():
+                    raw = pickle.loads(kept.read_bytes())
+                else:
+                    raw = await raw_rankings(engine, writer, STORES[key].format(d=work), folder, texts)
+                    kept.write_bytes(pickle.dumps(raw))
                 for label, nd, ki in evaluate(raw, texts, judged, [d for d, _ in pairs]):
                     table.setdefault(label, {})[NAMES[key]] = (nd, ki)
                 print(f"{key} done", file=sys.stderr, flush=True)

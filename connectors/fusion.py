@@ -9,12 +9,14 @@ ACM TOIS 2023, found this combination better than reciprocal-rank fusion in and 
   SPLADE or MaxSim score) and the best score it returned; a chunk a ranking did not return counts as that
   ranking's lowest returned score (0 when the ranking ended before its depth: nothing else matched);
 - fused = DENSE_WEIGHT x (mean of the semantic rankings) + (1 - DENSE_WEIGHT) x keyword;
-- a query's rare terms are its words held verbatim by at most RARE_SHARE of the candidates (an identifier, an
+- a query's rare terms are its words held verbatim by 1 to RARE_SHARE of the candidates (an identifier, an
   error code, a product name); a chunk holding every one of them scores 1 + fused, so it is never outranked by
   a chunk holding none. A hybrid score is therefore in [0, 2]: above 1 means "holds every rare query term".
 
-DENSE_WEIGHT, CANDIDATE_DEPTH and RARE_SHARE were chosen on the CISI collection only (bench/retrieval.py) and
-reported on the others.
+DENSE_WEIGHT, CANDIDATE_DEPTH and RARE_SHARE were chosen on the CISI collection only (bench/retrieval_tune.py: the
+best mean nDCG@10 over LanceDB, Qdrant Edge and Chroma among the settings whose known-item top-1 is within 0.05 of
+the best; 0.7, the grid's highest weight, led at every depth (higher ones were not tried), and the rare-term signal lifted LanceDB's known-item top-1 from 0.61 to
+0.85) and reported on the others (bench/retrieval.py).
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from connectors.base import Hit
 from connectors.lexical import STOPWORDS
 
 Kind = Literal["dense", "text", "sparse", "multivector"]
-DENSE_WEIGHT = 0.5
+DENSE_WEIGHT = 0.7
 CANDIDATE_DEPTH = 100  # candidates taken from each ranking (at least top_k)
-RARE_SHARE = 0.02  # a query word held by at most this share of the candidates (and at least 1) is rare
+RARE_SHARE = 0.01  # a query word held by at most this share of the candidates (and at least 1) is rare
 RRF_K = 60  # reciprocal-rank fusion's constant (the former fusion; kept for callers that rank by RRF)
-_FLOOR: dict[Kind, float | None] = {"dense": -1.0, "text": 0.0, "sparse": 0.0, "multivector": 0.0}
+_FLOOR: dict[Kind, float] = {"dense": -1.0, "text": 0.0, "sparse": 0.0, "multivector": 0.0}
 _WORD = re.compile(r"\w+(?:[-./']\w+)*")
 
 
@@ -55,8 +57,7 @@ def _normalised(r: Ranking) -> tuple[dict[str, float], float]:
     if not r.hits:
         return {}, 0.0
     top = max(h.score for h in r.hits)
-    low = _FLOOR[r.kind]
-    floor = min(low, min(h.score for h in r.hits)) if low is not None else min(h.score for h in r.hits)
+    floor = min(_FLOOR[r.kind], min(h.score for h in r.hits))
     span = top - floor
     norm = {h.id: (h.score - floor) / span if span > 0 else 1.0 for h in r.hits}
     missing = 0.0 if len(r.hits) < r.asked else min(norm.values())
