@@ -234,6 +234,8 @@ class ChromaStore:
             return []
         scores = lexical.bm25_scores(text, docs, df, max(1, col.count()))
         order = sorted(scores, key=lambda i: -scores[i])[:k]
+        if not order:  # the pattern matched inside longer words only: no chunk holds a query term
+            return []
         found = col.get(ids=order, include=["metadatas"])
         metas = dict(zip(found["ids"], found["metadatas"] or [], strict=True))
         return [Hit(i, scores[i], docs[i], unflatten(metas.get(i) or {})) for i in order]
