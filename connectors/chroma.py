@@ -41,7 +41,7 @@ from connectors.base import (
 )
 from connectors.chunks import F32, ChunkBatch, ChunkFields, ChunkRow, as_batch
 from connectors.filters import ENTITY, And, Cond, Filter, Or, entity_tag, field_kind
-from connectors.fusion import CANDIDATES, rrf_fuse
+from connectors.fusion import Ranking, depth, fuse
 from connectors.registry import StoreURL, parse_url
 
 LEX_TERMS = 8  # most query terms looked up
@@ -204,8 +204,10 @@ class ChromaStore:
                 raise StoreError(f"{request.mode} search needs a query vector", code="INVALID_QUERY")
             if request.mode == "dense" or not request.text:
                 return self._dense(col, request.vector, where, k)
-            dense = self._dense(col, request.vector, where, CANDIDATES * k)
-            return rrf_fuse([dense, self._lexical(col, request.text, where, CANDIDATES * k)], k)
+            wide = depth(k)  # fused here (connectors/fusion.py): one meaning for a score on every store
+            dense = self._dense(col, request.vector, where, wide)
+            text = self._lexical(col, request.text, where, wide)
+            return fuse(request.text, [Ranking("dense", dense, wide), Ranking("text", text, wide)], k)
         except (ValueError, TypeError) as e:  # chromadb raises ValueError for a malformed where
             raise StoreError(f"Chroma search failed: {str(e).splitlines()[0][:300]}", code="INVALID_FILTER") from None
 
@@ -232,6 +234,8 @@ class ChromaStore:
             return []
         scores = lexical.bm25_scores(text, docs, df, max(1, col.count()))
         order = sorted(scores, key=lambda i: -scores[i])[:k]
+        if not order:  # the pattern matched inside longer words only: no chunk holds a query term
+            return []
         found = col.get(ids=order, include=["metadatas"])
         metas = dict(zip(found["ids"], found["metadatas"] or [], strict=True))
         return [Hit(i, scores[i], docs[i], unflatten(metas.get(i) or {})) for i in order]

@@ -35,7 +35,7 @@ from connectors.base import (
 )
 from connectors.chunks import F32, ChunkBatch, ChunkRow, as_batch
 from connectors.filters import Filter
-from connectors.fusion import CANDIDATES, RRF_K, rrf_fuse
+from connectors.fusion import RRF_K, Ranking, depth, fuse, rrf_fuse
 from connectors.lance_arrow import arrow_batch, chunk_schema
 from connectors.registry import StoreURL, parse_url
 from connectors.sql import check_sql, quote, to_sql
@@ -233,10 +233,12 @@ class LanceDBStore:
             return self._vector(table, request.multivector, "multivector", where, k)
         if request.vector is None:
             raise StoreError(f"{request.mode} search needs a query vector", code="INVALID_QUERY")
-        dense = self._vector(table, request.vector, "vector", where, k if request.mode == "dense" else CANDIDATES * k)
         if request.mode == "dense" or not request.text:
-            return dense[:k]
-        return rrf_fuse([dense, self._text(table, request.text, where, CANDIDATES * k)], k)
+            return self._vector(table, request.vector, "vector", where, k)
+        wide = depth(k)  # fused here (connectors/fusion.py): one meaning for a score on every store
+        dense = self._vector(table, request.vector, "vector", where, wide)
+        text = self._text(table, request.text, where, wide)
+        return fuse(request.text, [Ranking("dense", dense, wide), Ranking("text", text, wide)], k)
 
     def _vector(self, table: Table, vec: F32, column: str, where: str | None, k: int) -> list[Hit]:
         search = table.search(np.asarray(vec, dtype=np.float32), vector_column_name=column)

@@ -1,8 +1,9 @@
-"""Qdrant server connector (and qdrant-client's deprecated local mode): named vectors, Query API hybrid by RRF.
+"""Qdrant server connector (and qdrant-client's deprecated local mode): named vectors, the Query API.
 
 Vectors per point: `dense` (cosine), `lexical` (BM25 term weights computed locally, IDF applied by Qdrant),
-`sparse` (a SPLADE step's output, IDF-free) and `colbert` (multivector, MaxSim; no HNSW graph). Hybrid prefetches dense, lexical, sparse and `colbert` (when the query has them) and fuses
-them by RRF with the constant every store shares (connectors/fusion.py).
+`sparse` (a SPLADE step's output, IDF-free) and `colbert` (multivector, MaxSim; no HNSW graph). Hybrid queries
+dense, lexical, sparse and `colbert` (when the query has them) and fuses them as every store does
+(connectors/fusion.py).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from connectors.base import (
 )
 from connectors.chunks import F32, ChunkBatch, ChunkRow, SparseInput, as_batch, payload_items
 from connectors.filters import Filter
-from connectors.fusion import CANDIDATES, QDRANT_RRF_K
+from connectors.fusion import Kind, Ranking, depth, fuse
 from connectors.qdrant_filters import combined_filter, to_qdrant
 from connectors.registry import StoreURL, parse_url
 
@@ -224,23 +225,25 @@ class QdrantStore:
         dense = np.asarray(request.vector, dtype=np.float32)
         if mode == "dense" or not request.text:
             return self._query(collection, query=dense, using="dense", query_filter=flt, limit=k)
-        wide = CANDIDATES * k
-        lists: list[tuple[F32 | models.SparseVector, str]] = [(dense, "dense"), (_terms(lexical.query_vector(request.text)), "lexical")]  # fmt: skip
+        wide = depth(k)  # each ranking queried on its own and fused here (connectors/fusion.py): one meaning
+        lists: list[tuple[Kind, F32 | models.SparseVector, str]] = [("dense", dense, "dense"), ("text", _terms(lexical.query_vector(request.text)), "lexical")]  # fmt: skip
         if request.sparse is not None and layout["sparse"]:
-            lists.append((_terms(request.sparse), "sparse"))
+            lists.append(("sparse", _terms(request.sparse), "sparse"))
         if request.multivector is not None and layout["colbert"]:
-            lists.append((np.asarray(request.multivector, dtype=np.float32), "colbert"))
-        prefetch = [models.Prefetch(query=q, using=using, limit=wide, filter=flt) for q, using in lists]
-        fused = models.RrfQuery(rrf=models.Rrf(k=QDRANT_RRF_K))  # the one hybrid score: connectors/fusion.py
-        return self._query(collection, prefetch=prefetch, query=fused, query_filter=flt, limit=k)
+            lists.append(("multivector", np.asarray(request.multivector, dtype=np.float32), "colbert"))
+        rankings = [
+            Ranking(kind, self._query(collection, query=q, using=using, query_filter=flt, limit=wide), wide)
+            for kind, q, using in lists
+        ]
+        return fuse(request.text, rankings, k)
 
     def _query(
-        self, collection: str, *, query: F32 | models.SparseVector | models.RrfQuery, query_filter: models.Filter | None,
-        limit: int, using: str | None = None, prefetch: list[models.Prefetch] | None = None,
+        self, collection: str, *, query: F32 | models.SparseVector, query_filter: models.Filter | None, limit: int,
+        using: str | None = None,
     ) -> list[Hit]:  # fmt: skip
         try:
             res = self.client.query_points(
-                collection, query=query, using=using, prefetch=prefetch, query_filter=query_filter, limit=limit,
+                collection, query=query, using=using, query_filter=query_filter, limit=limit,
                 with_payload=True,
             )  # fmt: skip
         except (ValueError, KeyError) as e:

@@ -3,7 +3,7 @@
 `qdrant+edge://PATH` holds a marker file, a lock file and one shard folder per collection (plus `shoal_state`,
 the manifest). Vectors per point are those of the server connector: `dense` (cosine, HNSW), `lexical` (BM25
 term weights computed locally, IDF applied by the shard), `sparse` (a SPLADE step) and `colbert` (multivector,
-MaxSim, no graph). Hybrid fuses every ranking by reciprocal rank with the constant all stores share.
+MaxSim, no graph). Hybrid queries each ranking and fuses them as every store does (connectors/fusion.py).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from connectors.edge_config import memory_mode, retuned, shard_config
 from connectors.edge_filters import Condition, combined, to_edge
 from connectors.edge_root import LAYOUT, EdgeRoot, open_root, release_root
 from connectors.filters import Filter
-from connectors.fusion import CANDIDATES, QDRANT_RRF_K
+from connectors.fusion import Kind, Ranking, depth, fuse
 from connectors.registry import StoreURL, parse_url
 
 BATCH = 512
@@ -198,16 +198,17 @@ class QdrantEdgeStore:
         dense = qe.Query.Nearest(_dense(request.vector), using="dense")
         if mode == "dense" or not request.text:
             return _query(shard, qe.QueryRequest(with_payload=True, limit=k, query=dense, filter=flt))
-        wide = CANDIDATES * k
-        lists = [dense, _lexical(request.text)]
+        wide = depth(k)  # each ranking queried on its own and fused here (connectors/fusion.py): one meaning
+        lists: list[tuple[Kind, qe.Query]] = [("dense", dense), ("text", _lexical(request.text))]
         if request.sparse is not None and layout["sparse"]:
-            lists.append(qe.Query.Nearest(_terms(request.sparse), using="sparse"))
+            lists.append(("sparse", qe.Query.Nearest(_terms(request.sparse), using="sparse")))
         if request.multivector is not None and layout["colbert"]:
-            lists.append(qe.Query.Nearest(_matrix(request.multivector), using="colbert"))
-        prefetch = [qe.Prefetch(limit=wide, query=q, filter=flt) for q in lists]
-        rrf = cast(qe.Fusion, qe.Fusion.Rrf(k=QDRANT_RRF_K))  # the stub types the Rrf variant apart from Fusion
-        fused = qe.QueryRequest(with_payload=True, limit=k, prefetches=prefetch, query=rrf, filter=flt)
-        return _query(shard, fused)
+            lists.append(("multivector", qe.Query.Nearest(_matrix(request.multivector), using="colbert")))
+        rankings = [
+            Ranking(kind, _query(shard, qe.QueryRequest(with_payload=True, limit=wide, query=q, filter=flt)), wide)
+            for kind, q in lists
+        ]
+        return fuse(request.text, rankings, k)
 
     def finalize(self, collection: str, changed: bool = True, rebuild: bool = False) -> Maintenance:
         """Run the optimiser as its thresholds plan (connectors/edge_config.py): index a new segment once it is

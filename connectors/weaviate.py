@@ -44,7 +44,7 @@ from connectors.base import (
 )
 from connectors.chunks import ChunkBatch, ChunkFields, ChunkRow, as_batch
 from connectors.filters import ENTITY, And, Cond, Filter, Or, Scalar, conditions, entity_tag, field_kind, matches
-from connectors.fusion import CANDIDATES, rrf_fuse
+from connectors.fusion import Ranking, depth, fuse
 from connectors.registry import StoreURL, parse_url
 
 BATCH = 200
@@ -214,11 +214,14 @@ class WeaviateStore:
         if request.mode == "dense" or not request.text:
             res = col.query.near_vector(near_vector=vec, target_vector="dense", limit=k, filters=flt, return_metadata=meta)  # fmt: skip
             return [_hit(o, 1.0 - (o.metadata.distance or 0.0)) for o in res.objects]
-        wide = CANDIDATES * k  # fused here, as every store does (connectors/fusion.py): one meaning for a score
+        wide = depth(k)  # fused here, as every store does (connectors/fusion.py): one meaning for a score
         dense = col.query.near_vector(near_vector=vec, target_vector="dense", limit=wide, filters=flt, return_metadata=meta)  # fmt: skip
         words = col.query.bm25(query=request.text, query_properties=["text"], limit=wide, filters=flt, return_metadata=meta)  # fmt: skip
-        ranked = [[_hit(o, 0.0) for o in dense.objects], [_hit(o, 0.0) for o in words.objects]]
-        return rrf_fuse(ranked, k)
+        ranked = [
+            Ranking("dense", [_hit(o, 1.0 - (o.metadata.distance or 0.0)) for o in dense.objects], wide),
+            Ranking("text", [_hit(o, o.metadata.score or 0.0) for o in words.objects], wide),
+        ]
+        return fuse(request.text, ranked, k)
 
     def finalize(self, collection: str, changed: bool = True, rebuild: bool = False) -> Maintenance:
         """Weaviate indexes as it goes; nothing to do after a run."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pipeline.config import PipelineConfig, load_config
     from pipeline.run import ingest, ingest_async
-    from pipeline.search import search, search_async
+    from pipeline.search import Searcher, search, search_async
     from pipeline.summary import IngestSummary
 
 _HOMES = {
@@ -23,9 +23,19 @@ _HOMES = {
     "ingest_async": "pipeline.run",
     "search": "pipeline.search",
     "search_async": "pipeline.search",
+    "Searcher": "pipeline.search",
     "IngestSummary": "pipeline.summary",
 }
-__all__ = ["IngestSummary", "PipelineConfig", "ingest", "ingest_async", "load_config", "search", "search_async"]
+__all__ = [
+    "IngestSummary",
+    "PipelineConfig",
+    "Searcher",
+    "ingest",
+    "ingest_async",
+    "load_config",
+    "search",
+    "search_async",
+]
 
 
 def __getattr__(name: str) -> Any:

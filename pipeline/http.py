@@ -51,9 +51,11 @@ def _plain(value: Any) -> Any:
 def search_router(client: ShoalClient, db: str, collection: str | None = None) -> APIRouter:
     """The search routes over one store URL, running queries through `client` (the serving engine)."""
     from connectors.registry import url_collection
+    from pipeline.search import SearcherCache
 
     default = collection or url_collection(db) or "chunks"
-    router = APIRouter()
+    searchers = SearcherCache()  # the store and its config opened once, not per request
+    router = APIRouter(on_shutdown=[searchers.aclose])
 
     @router.get("/v1/search")
     async def describe() -> dict[str, Any]:
@@ -80,8 +82,6 @@ def search_router(client: ShoalClient, db: str, collection: str | None = None) -
     )
     async def search(request: Request) -> JSONResponse:
         """{query, collection?, top_k?, mode?, where?} -> {db, collection, hits: [{id, score, text, source, ...}]}."""
-        from pipeline.search import search_async
-
         try:
             body = SearchBody.model_validate_json(await request.body())
         except ValidationError as e:
@@ -91,7 +91,7 @@ def search_router(client: ShoalClient, db: str, collection: str | None = None) -
             message = "this server searches another store than the request's 'location'; search that one where it is"
             return _error(409, "STORE_MISMATCH", message)
         try:
-            hits = await search_async(
+            hits = await searchers.search(
                 body.query, db=db, collection=coll, top_k=body.top_k, where=body.where, mode=body.mode, client=client
             )
         except (ConfigError, FilterError) as e:

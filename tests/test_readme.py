@@ -123,6 +123,9 @@ BLOCKS: dict[tuple[str, str], Runner | str] = {
         skip("no GLiNER weights offline; tests/test_extract_api.py runs `shoal extract` and /v1/extract on a tiny GLiNER"),
     ("docs/ingest.md", "shoal ingest examples/docs                        # into lancedb://./shoal-data, collection \"chunks\""): run_shell,
     ("docs/ingest.md", "import pipeline, shoal"): run_python,
+    ("docs/ingest.md", "import asyncio, pipeline, shoal"): run_python,
+    ("docs/ingest.md", "nice -n 10 .venv/bin/python -m bench.retrieval --json retrieval.json   # --collections cisi,med,cacm --stores lancedb,qdrant,chroma"):
+        skip("a benchmark of tens of minutes, run by hand"),
     ("docs/ingest.md", "db: lancedb://./shoal-data"): run_config,
     ("docs/ingest.md", "# NEEDS GLiNER and NLI WEIGHTS: downloaded on first use with network access (see troubleshooting.md#missing-weights)"):
         skip("no GLiNER or NLI weights offline; tests/test_ingest_entities.py runs both steps on tiny models and "

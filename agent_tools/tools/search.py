@@ -14,6 +14,7 @@ from agent_tools.registry import ToolContext, tool
 if TYPE_CHECKING:
     from agent_tools.results import SearchResult
     from engine.tasks.results import JSONObject, JSONScalar, JSONValue
+    from pipeline.search import SearcherCache
 
 
 class SearchInput(BaseModel):
@@ -36,11 +37,22 @@ class StoreFailure(ShoalError):
     code, status = "STORE_ERROR", 400
 
 
+_KEPT: list[SearcherCache] = []
+
+
+def _searchers() -> SearcherCache:
+    """The searchers this process keeps open between tool calls (pipeline.search.SearcherCache)."""
+    if not _KEPT:
+        from pipeline.search import SearcherCache
+
+        _KEPT.append(SearcherCache())
+    return _KEPT[0]
+
+
 @tool("search", SearchInput)
 async def search(ctx: ToolContext, args: SearchInput) -> SearchResult:
     """Search a collection of ingested documents (ingested with `shoal ingest`) and return the best chunks with
     their source, pages, heading path and score."""
-    import pipeline
     from connectors.base import StoreError
     from pipeline.config import ConfigError
 
@@ -49,7 +61,7 @@ async def search(ctx: ToolContext, args: SearchInput) -> SearchResult:
     db, collection = args.db or s.db, args.collection or s.collection
     check_store(s, db, collection)
     try:
-        hits = await pipeline.search_async(
+        hits = await _searchers().search(
             args.query,
             db=db,
             collection=collection,
