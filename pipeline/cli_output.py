@@ -66,7 +66,7 @@ class RichProgress:
             TextColumn("ETA"),
             TimeRemainingColumn(),
             console=console,
-            disable=quiet,
+            disable=quiet or not console.is_terminal,  # piped: no bar (rich would print its last frame)
         )
         self.task: TaskID | None = None
         self.parts: dict[str, TaskID] = {}  # rel -> the bar of a large file being written window by window

@@ -78,7 +78,9 @@ def test_extract_entities_over_mcp(gliner_dirs: dict[str, Path], engine: Any) ->
     want = sdk_entities(engine, model, items)
 
     async def main() -> None:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "shoal.cli", "mcp"], env=ENV, cwd=str(REPO))
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "shoal.cli", "mcp", "--local-models"], env=ENV, cwd=str(REPO)
+        )
         async with Client(params, read_timeout_seconds=300) as mcp:
             listed = {t.name: t for t in (await mcp.list_tools()).tools}
             assert listed["extract_entities"].input_schema == agent_tools.TOOLS["extract_entities"].parameters()

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from engine.http.connections import FRESH_S
+
 from tests.hardening_support import (
     MINILM,
     closed_by_server,
@@ -92,10 +94,13 @@ def test_health_answers_throughout_while_1000_idle_connections_are_held(default:
 def test_past_the_cap_the_longest_idle_connection_makes_room(tight: LiveServer) -> None:
     socks = idle_sockets(tight.port, 1000)
     try:
-        time.sleep(0.5)
+        time.sleep(FRESH_S + 0.5)  # a connection younger than FRESH_S that sent nothing is not yet evictable
         assert httpx.get(f"{tight.url}/healthz", timeout=30).status_code == 200
         closed = sum(closed_by_server(s) for s in socks)
-        assert closed >= 1000 - 8, closed  # at most the cap stays open
+        # at most the cap and its health reserve stay open: during the burst every open connection is younger
+        # than FRESH_S, so a few newcomers take reserve slots rather than evict one whose bytes are unread
+        cap = int(TIGHT["SHOAL_MAX_CONNECTIONS"]) + int(TIGHT["SHOAL_HEALTH_CONNECTIONS"])
+        assert closed >= 1000 - cap, closed
         assert healthy(tight)
     finally:
         for s in socks:

@@ -64,8 +64,8 @@ async def test_a_task_whose_answer_was_lost_is_sent_again_after_the_reconnect(ns
         await asyncio.to_thread(ns.start)
         (again,) = await asyncio.wait_for(wq.pull(prefer=[], max_tasks=1, max_tokens=100, wait=0), 30)
         assert again.task.id == task.id
-        await again.ack({"ok": 1})
-        assert await asyncio.wait_for(answer, 10) == {"ok": 1}
+        await again.ack({"items": [{"id": "resent"}]})
+        assert await asyncio.wait_for(answer, 10) == {"items": [{"id": "resent"}]}
     finally:
         for q in (gw, wq):
             await q.close()

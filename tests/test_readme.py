@@ -116,6 +116,7 @@ BLOCKS: dict[tuple[str, str], Runner | str] = {
     ("README.md", "import agent_tools"): run_python,
     ("README.md", "shoal serve --taxonomy examples/taxonomy/products.yaml"): run_tools_curl,
     ("docs/sdk.md", "import shoal"): run_python,
+    ("docs/sdk.md", "from engine.build import build_app"): run_python,
     ("docs/sdk.md", "with shoal.Engine() as engine:"):
         skip("GLiNER and cross-encoder weights are not offline; tests/test_extract_api.py and "
              "tests/test_score_api.py run extract and score on tiny models"),
