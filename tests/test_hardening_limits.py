@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from engine.http.connections import FRESH_S
-
 from tests.hardening_support import (
     MINILM,
     closed_by_server,
