@@ -59,8 +59,8 @@ async def bench_taxonomy(
     """Beam vs flat on one taxonomy: index build, throughput, work per text, accuracy, cross-encoder calls."""
     from agent_tools.backend import ModelBackend
     from agent_tools.taxonomy import ClassifyOptions, _answer, run_beam
-    from agent_tools.taxonomy_classify import classify, flat
-    from agent_tools.taxonomy_index import IndexCache
+    from agent_tools.taxonomy.classify import classify, flat
+    from agent_tools.taxonomy.index import IndexCache
 
     cache = IndexCache()
     backend = ModelBackend(engine)
@@ -179,7 +179,7 @@ async def bench_filter(engine: Any, ce: str, repeat: int) -> dict[str, Any]:
 
 def bench_scaling() -> dict[str, Any]:
     """Input paths stay linear: seconds per node of taxonomy parsing, per MB of passage splitting."""
-    from agent_tools.taxonomy_tree import build_taxonomy
+    from agent_tools.taxonomy.tree import build_taxonomy
     from agent_tools.text import split_passages
     from tests.agent_tools_support import generated_tree
 

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from agent_tools.config import ToolSettings
 from agent_tools.errors import InvalidInput
 from agent_tools.http import tools_router
-from agent_tools.taxonomy_fit import fitted_path, read_labelled
-from agent_tools.taxonomy_index import load_fitted
-from agent_tools.taxonomy_tree import load_taxonomy
+from agent_tools.taxonomy.fit import fitted_path, read_labelled
+from agent_tools.taxonomy.index import load_fitted
+from agent_tools.taxonomy.tree import load_taxonomy
 from engine.runtime import AsyncEngine
 from tests.agent_tools_support import classify_over_mcp
 from tests.helpers import REPO
@@ -28,7 +28,7 @@ SMALL = {"name": "t", "children": [{"name": "Fruit", "children": [{"name": "Appl
 
 
 def small(tmp_path: Path, lines: list[str]) -> tuple[Any, Path]:
-    from agent_tools.taxonomy_tree import build_taxonomy
+    from agent_tools.taxonomy.tree import build_taxonomy
 
     path = tmp_path / "labelled.jsonl"
     path.write_text("\n".join(lines) + "\n")
@@ -158,7 +158,7 @@ def test_flat_and_beam_search_the_same_centred_space(fitted: tuple[Path, dict[st
     with the same score: both compare the centred text, not the raw embedding."""
     from agent_tools.backend import ModelBackend
     from agent_tools.taxonomy import ClassifyOptions
-    from agent_tools.taxonomy_classify import classify_index
+    from agent_tools.taxonomy.classify import classify_index
 
     taxonomy, _ = fitted
     t = load_taxonomy(taxonomy)

@@ -13,7 +13,7 @@ import pytest
 import agent_tools
 from agent_tools.config import ToolSettings
 from agent_tools.errors import TaxonomyError
-from agent_tools.taxonomy_outside import off_topics
+from agent_tools.taxonomy.outside import off_topics
 from engine.errors import InvalidInput, PayloadTooLarge
 from tests.agent_tools_support import PRODUCTS, generated_tree
 

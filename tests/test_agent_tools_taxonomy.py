@@ -13,7 +13,7 @@ import pytest
 import agent_tools
 from agent_tools.config import ToolSettings
 from agent_tools.taxonomy import DEFAULT_THRESHOLD
-from agent_tools.taxonomy_index import own_text
+from agent_tools.taxonomy.index import own_text
 from tests.agent_tools_support import LABELLED, NO_LEAF, PRODUCTS, hierarchical_f1, read_jsonl
 from tests.conftest import MINILM
 
@@ -113,7 +113,7 @@ def test_batch_equals_one_by_one_and_the_index_is_cached(engine: Any) -> None:
 def test_index_cache_is_bounded(engine: Any) -> None:
     import asyncio
 
-    from agent_tools.taxonomy_index import IndexCache
+    from agent_tools.taxonomy.index import IndexCache
 
     cache = IndexCache(max_entries=2)
     ctx = agent_tools.ToolContext(engine, ToolSettings(), cache=cache)

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from agent_tools.config import ToolSettings
 from agent_tools.errors import InvalidInput
 from agent_tools.http import tools_router
-from agent_tools.taxonomy_fit import fitted_path
-from agent_tools.taxonomy_index import load_fitted
-from agent_tools.taxonomy_tree import load_taxonomy
-from agent_tools.taxonomy_tune import Encoder, Pair, TuneOptions, adapter_folder, tune_adapter
+from agent_tools.taxonomy.fit import fitted_path
+from agent_tools.taxonomy.index import load_fitted
+from agent_tools.taxonomy.tree import load_taxonomy
+from agent_tools.taxonomy.tune import Encoder, Pair, TuneOptions, adapter_folder, tune_adapter
 from engine.catalogue.catalogue import Catalogue
 from engine.catalogue.weights import AdapterPolicy, resolve_adapter
 from engine.config import EngineSettings
@@ -189,7 +189,7 @@ def test_tune_with_a_server_url_is_refused(tmp_path: Path) -> None:
 
 def test_training_is_bounded_however_many_texts() -> None:
     """Ten passes over a few texts; at most `max_examples` pairs over many (a 20,000-row file tunes in minutes)."""
-    from agent_tools.taxonomy_tune import _batches
+    from agent_tools.taxonomy.tune import _batches
 
     options = TuneOptions()
     few = [Pair(f"text {i}", f"leaf {i % 7}", i % 7) for i in range(50)]
