@@ -176,7 +176,9 @@ async def shots(space: Any, t: Any, texts: list[str], gold: list[int], k: int, r
         if (~at).any():
             oos["recall"].append(float(np.mean(p[~at] == 0)))
         answered = p > 0
-        ok = np.array([pp in on_path(t, gg) for pp, gg in zip(p[answered].tolist(), g[te][answered].tolist(), strict=True)])
+        ok = np.array(
+            [pp in on_path(t, gg) for pp, gg in zip(p[answered].tolist(), g[te][answered].tolist(), strict=True)]
+        )
         from agent_tools.taxonomy.calibration import expected_calibration_error
 
         oos["ece"].append(expected_calibration_error(np.array(conf, dtype=float)[answered], ok.astype(float)))

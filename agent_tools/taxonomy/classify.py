@@ -90,7 +90,9 @@ async def reranked(
     async def one(i: int) -> Classified:
         top = np.argsort(-leaf_logits[i], kind="stable")[: opts.rerank_top]
         async with slots:
-            scores = await backend.score(opts.rerank_model or "", texts[i], [t.node_text(int(index.leaves[k])) for k in top])
+            scores = await backend.score(
+                opts.rerank_model or "", texts[i], [t.node_text(int(index.leaves[k])) for k in top]
+            )
         row = np.full(index.leaves.size, NEVER)
         row[top] = np.asarray(scores, dtype=np.float64) / RERANK_TEMPERATURE
         return decide(index, sims[i], row, NEVER, opts)

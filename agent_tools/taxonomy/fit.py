@@ -309,7 +309,7 @@ async def fit(
     gold = np.array([g for _, g in labelled])
     usable = np.flatnonzero((gold == 0) | np.isin(gold, leaves))  # texts filed under an inner node: not learned
     if usable.size < 2:
-        raise InvalidInput("fitting needs at least 2 labelled texts filed under leaves (or \"\")")
+        raise InvalidInput('fitting needs at least 2 labelled texts filed under leaves (or "")')
     gold = gold[usable]
     k = max(2, min(folds, gold.size))
     fold = folds_of(gold, k)
@@ -396,7 +396,10 @@ def final_head(
 
 
 def held_out_figures(
-    index: TaxonomyIndex, logits: np.ndarray, gold: np.ndarray, held: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[Learned], Space]]
+    index: TaxonomyIndex,
+    logits: np.ndarray,
+    gold: np.ndarray,
+    held: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[Learned], Space]],
 ) -> dict[str, float | None]:
     """Held-out top-1, out-of-scope recall, leaf texts answered "" and ECE of the default answers."""
     import numpy as np

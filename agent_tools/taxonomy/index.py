@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     from agent_tools.backend import ModelBackend
     from engine.tasks.results import JSONObject
 
-INDEX_VERSION = "own+path+proto0.5+outside+temperature/v4"  # part of the cache key: change it when the representation changes
+INDEX_VERSION = (
+    "own+path+proto0.5+outside+temperature/v4"  # part of the cache key: change it when the representation changes
+)
 SELF_WEIGHT = 0.5  # share of an internal node's own text in its prototype
 
 FORMAT = "shoal-taxonomy-fit/2"  # the fitted index file `shoal taxonomy fit` saves

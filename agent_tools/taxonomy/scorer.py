@@ -74,7 +74,9 @@ def whole(queries: list[np.ndarray]) -> np.ndarray:
     return np.stack([q if q.ndim == 1 else q[0] for q in queries])
 
 
-def logits(index: TaxonomyIndex, queries: list[np.ndarray], off_topic: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def logits(
+    index: TaxonomyIndex, queries: list[np.ndarray], off_topic: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(node cosines (n, nodes), leaf logits (n, leaves), "fits nothing" logits (n,)) for a batch."""
     import numpy as np
 
@@ -155,9 +157,7 @@ def decide(
         while depth < len(path) and masses[depth] >= opts.threshold:
             depth += 1
     chosen = path[depth - 1] if depth else 0
-    levels: list[NodeScore] = [
-        node_out(t, n, float(sims[n]), c) for n, c in zip(path, masses, strict=True)
-    ]
+    levels: list[NodeScore] = [node_out(t, n, float(sims[n]), c) for n, c in zip(path, masses, strict=True)]
     alternatives: list[LeafScore] = [
         leaf_out(t, int(leaves[k]), float(sims[leaves[k]]), float(p[k]), float(leaf_logits[k]))
         for k in order[1 : 1 + opts.alternatives].tolist()
