@@ -10,7 +10,8 @@ bench/data/NOTICE), with MiniLM embeddings computed once:
   `LogisticRegressionCV` (scikit-learn's defaults, cv at most the texts per leaf; `LogisticRegression()` at
   k = 1, where no stratified folds exist) and `shoal taxonomy fit`
   (agent_tools/taxonomy/fit.py) on the same vectors: best-leaf top-1 and seconds; for the fit also its
-  answer's out-of-scope recall, in-scope texts lost to "" and ECE.
+  answer's out-of-scope recall, in-scope texts lost to "" and ECE; with --tune, `fit --tune` (a LoRA adapter
+  of the encoder per fold and for the final fit, agent_tools/taxonomy/tune.py) at those k.
 
     .venv/bin/python bench/taxonomy_quality.py [--sets hwu64,snips,...] [--shots 1,3,5,10] [--rotations 2]
 """
@@ -41,15 +42,16 @@ PUBLIC = {"hwu64": "HWU64 (CC BY 4.0)", "snips": "SNIPS 2017 (CC0 1.0)"}
 OUT_OF_SCOPE_LABELLED = 20  # "" texts given to the learners (the rest are tested)
 
 
-def load_set(name: str, folder: Path = DATA) -> tuple[Any, list[str], list[int]]:
-    """(taxonomy, texts, gold node per text; 0 = fits nothing), with the set's history file's texts added."""
+def load_set(name: str, folder: Path = DATA, with_history: bool = True) -> tuple[Any, list[str], list[int]]:
+    """(taxonomy, texts, gold node per text; 0 = fits nothing); the set's history file's texts (labelled
+    texts kept for the k-shot figures, `city` and `shop`) after the set's own unless `with_history` is off."""
     from agent_tools.taxonomy.fit import resolve_label
     from agent_tools.taxonomy.tree import load_taxonomy
 
     t = load_taxonomy(folder / f"{name}.yaml")
     rows = []
     for path in (folder / f"{name}.jsonl", folder / f"{name}.history.jsonl"):
-        if path.exists():
+        if path.exists() and (with_history or not path.name.endswith(".history.jsonl")):
             rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return t, [r["text"] for r in rows], [resolve_label(t, r["label"] or "") for r in rows]
 
@@ -140,8 +142,29 @@ def baselines(x: np.ndarray, y: np.ndarray, test: np.ndarray, k: int) -> dict[st
     return out
 
 
-async def shots(space: Any, t: Any, texts: list[str], gold: list[int], k: int, rounds: int) -> dict[str, Any] | None:
-    """Best-leaf top-1 of the learners at k labelled texts per leaf, on the same vectors."""
+async def tuned(backend: Any, t: Any, labelled: list[tuple[str, int]], test_texts: list[str]) -> list[int]:
+    """Best leaf per test text of `shoal taxonomy fit --tune` on the labelled texts."""
+    import tempfile
+
+    from agent_tools.taxonomy.index import with_outside
+    from agent_tools.taxonomy.tune import local_tuner
+    from shoal.commands.taxonomy import encoder_of
+
+    with tempfile.TemporaryDirectory() as work:
+        from agent_tools.taxonomy.fit import fit
+
+        result = await fit(t, backend, MINILM, labelled, tuner=local_tuner(encoder_of(MINILM), Path(work)))
+        own = backend.with_lora(result.lora)
+        index = await with_outside(result.index(t, MINILM, "bench"), own)
+        queries = await own.embed(MINILM, test_texts, is_query=True)
+    return answers(index, queries)[1]
+
+
+async def shots(
+    space: Any, t: Any, texts: list[str], gold: list[int], k: int, rounds: int, backend: Any = None
+) -> dict[str, Any] | None:
+    """Best-leaf top-1 of the learners at k labelled texts per leaf, on the same vectors (and of a tuned fit
+    when a backend is given)."""
     from agent_tools.taxonomy.fit import Space, fit
     from agent_tools.taxonomy.index import index_from
 
@@ -175,6 +198,11 @@ async def shots(space: Any, t: Any, texts: list[str], gold: list[int], k: int, r
         oos["lost"].append(float(np.mean(p[at] == 0)))
         if (~at).any():
             oos["recall"].append(float(np.mean(p[~at] == 0)))
+        if backend is not None:
+            start = time.perf_counter()
+            tuned_best = await tuned(backend, t, labelled, [texts[i] for i in te[at]])
+            seconds["fit_tune"] = seconds.get("fit_tune", 0.0) + time.perf_counter() - start
+            right["fit_tune"] = right.get("fit_tune", 0) + int((np.array(tuned_best) == g[te][at]).sum())
         answered = p > 0
         ok = np.array(
             [pp in on_path(t, gg) for pp, gg in zip(p[answered].tolist(), g[te][answered].tolist(), strict=True)]
@@ -193,36 +221,45 @@ async def shots(space: Any, t: Any, texts: list[str], gold: list[int], k: int, r
     }
 
 
-async def evaluate(backend: Any, name: str, shot_counts: list[int], rounds: int) -> dict[str, Any]:
+async def evaluate(
+    backend: Any, name: str, shot_counts: list[int], rounds: int, tune_counts: tuple[int, ...] = ()
+) -> dict[str, Any]:
     from agent_tools.taxonomy.fit import embedded
     from agent_tools.taxonomy.index import own_text
 
     t, texts, gold = load_set(name)
+    n = len(load_set(name, with_history=False)[1])  # the zero-shot figures: the set's own texts
     start = time.perf_counter()
     space = await embedded(t, backend, MINILM, texts)
     embed_seconds = time.perf_counter() - start
     index, queries = space.index, space.queries
     leaves = index.leaves
     flat_vectors = await backend.embed(MINILM, [own_text(t, int(i)) for i in leaves])
-    flat = [int(leaves[j]) for j in np.argmax(queries @ flat_vectors.T, axis=1)]
-    predicted, best, conf = answers(index, queries)
+    flat = [int(leaves[j]) for j in np.argmax(queries[:n] @ flat_vectors.T, axis=1)]
+    predicted, best, conf = answers(index, queries[:n])
     row: dict[str, Any] = {
         "set": name,
         "source": PUBLIC.get(name, "written for this project"),
         "nodes": len(t) - 1,
         "leaves": int(leaves.size),
-        "texts": len(texts),
-        "out_of_scope": sum(1 for g in gold if g == 0),
+        "texts": n,
+        "labelled_pool": len(texts),
+        "out_of_scope": sum(1 for g in gold[:n] if g == 0),
         "embed_seconds": embed_seconds,
         "temperature": index.calibration.temperature,
-        "flat": scores(t, flat, flat, gold, [None] * len(flat)),
-        "tool": scores(t, predicted, best, gold, conf),
-        "shots": {str(k): await shots(space, t, texts, gold, k, rounds) for k in shot_counts},
+        "flat": scores(t, flat, flat, gold[:n], [None] * len(flat)),
+        "tool": scores(t, predicted, best, gold[:n], conf),
+        "shots": {
+            str(k): await shots(space, t, texts, gold, k, rounds, backend if k in tune_counts else None)
+            for k in shot_counts
+        },
     }
     return row
 
 
-async def run(sets: list[str], shot_counts: list[int], rounds: int) -> list[dict[str, Any]]:
+async def run(
+    sets: list[str], shot_counts: list[int], rounds: int, tune_counts: tuple[int, ...] = ()
+) -> list[dict[str, Any]]:
     from agent_tools.backend import ModelBackend
     from bench import float32_settings
     from engine.runtime import AsyncEngine
@@ -231,7 +268,7 @@ async def run(sets: list[str], shot_counts: list[int], rounds: int) -> list[dict
         backend = ModelBackend(engine)
         rows = []
         for name in sets:
-            rows.append(await evaluate(backend, name, shot_counts, rounds))
+            rows.append(await evaluate(backend, name, shot_counts, rounds, tune_counts))
             report(rows[-1:])
         return rows
 
@@ -257,9 +294,15 @@ def report(rows: list[dict[str, Any]]) -> None:
             print(
                 f"   k={k:>2}: centroid {f(v['centroid'])} ({s['centroid']:.2f} s), LogisticRegressionCV"
                 f" {f(v['logreg_cv'])} ({s['logreg_cv']:.1f} s), fit {f(v['fit'])} ({s['fit']:.1f} s; answer"
-                f" {f(v['fit_answer'])}, out-of-scope recall {f(v['out_of_scope_recall'])}, in-scope to ''"
+                f" {f(v['fit_answer'])}{tune_note(v)}, out-of-scope recall {f(v['out_of_scope_recall'])}, in-scope to ''"
                 f" {f(v['in_scope_lost'])}, ECE {f(v['ece'])}) on {v['texts']} texts"
             )
+
+
+def tune_note(v: dict[str, Any]) -> str:
+    if "fit_tune" not in v:
+        return ""
+    return f"; fit --tune {v['fit_tune']:.3f} in {v['seconds']['fit_tune']:.0f} s"
 
 
 def main() -> None:
@@ -267,8 +310,11 @@ def main() -> None:
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--shots", default="1,3,5,10")
     ap.add_argument("--rotations", type=int, default=1)
+    ap.add_argument("--tune", default="", help="k values at which `fit --tune` is measured too, e.g. 5,10")
     args = ap.parse_args()
-    rows = asyncio.run(run(args.sets.split(","), [int(k) for k in args.shots.split(",") if k], args.rotations))
+    tune = tuple(int(k) for k in args.tune.split(",") if k)
+    shot_counts = sorted({int(k) for k in args.shots.split(",") if k} | set(tune))
+    rows = asyncio.run(run(args.sets.split(","), shot_counts, args.rotations, tune))
     out = ROOT / "bench" / "results" / "taxonomy_quality.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(rows, indent=1))
