@@ -36,7 +36,7 @@ FOLDS = 5  # cross-validation folds, as LogisticRegressionCV (a tuned fit: at mo
 TUNE_FOLDS = 3  # a tuned fit trains an adapter per fold
 REGULARISATION = (0.36, 2.78, 21.5, 167.0, 1292.0, 10000.0)  # inverse L2 strengths: LogisticRegressionCV's upper six
 PRIORS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 32.0)  # weights of the zero-shot logits tried (32: about zero-shot)
-SCALES = (0.05, 20.0, 60)  # geometric grid (low, high, points) of the calibration's logit multiplier
+SCALES = (0.001, 20.0, 80)  # geometric grid (low, high, points) of the calibration's logit multiplier
 
 
 def fitted_path(taxonomy_path: Path) -> Path:
@@ -341,15 +341,25 @@ async def fit(
     def right(logits: np.ndarray) -> float:
         return float(np.mean(logits.argmax(axis=1) == target[order]))
 
-    # as LogisticRegressionCV: the strength by held-out accuracy of the regression alone (ties: the stronger),
-    # then the prior's weight and the unseen leaves' bias at that strength (ties: the lighter prior)
-    ci = max(range(len(REGULARISATION)), key=lambda c: (right(held_logits(c, 0.0, NEVER)), -c))
-    candidates = [(w, u) for w in PRIORS for u in unseen_biases([h[3][ci] for h in held])]
-    scored = [
-        (right(held_logits(ci, w, u)), -k, -subtree_nll(held_logits(ci, w, u) * 0.1, onehot))
-        for k, (w, u) in enumerate(candidates)
-    ]
-    prior, unseen = candidates[max(range(len(candidates)), key=scored.__getitem__)]
+    # as LogisticRegressionCV: the strength by held-out accuracy of the regression alone (ties: the stronger)
+    # on the texts whose label its fold saw, then the prior's weight and the unseen leaves' bias at that
+    # strength (ties: the lighter prior); when most labels have too few texts for that, all three together
+    seen = np.concatenate([np.isin(gold[h[0]], h[3][0].classes) for h in held])
+    strengths = range(len(REGULARISATION))
+    if seen.mean() >= 0.5:
+
+        def alone(c: int) -> float:
+            return float(np.mean(held_logits(c, 0.0, NEVER)[seen].argmax(axis=1) == target[order][seen]))
+
+        best = max(strengths, key=lambda c: (alone(c), -c))
+        strengths = range(best, best + 1)
+    candidates = [(c, w, u) for c in strengths for w in PRIORS for u in unseen_biases([h[3][c] for h in held])]
+
+    def key(k: int) -> tuple[float, int, float]:
+        logits = held_logits(*candidates[k])
+        return right(logits), -k, -subtree_nll(logits * 0.1, onehot)
+
+    ci, prior, unseen = candidates[max(range(len(candidates)), key=key)]
     logits = held_logits(ci, prior, unseen)
     low, high, points = SCALES
     scale = best_scale(logits, onehot, np.geomspace(low, high, points))
