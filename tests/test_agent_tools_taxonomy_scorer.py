@@ -85,6 +85,7 @@ def test_zero_shot_is_never_below_flat(spaces: dict[str, Any], name: str) -> Non
     assert tool["leaf_texts_empty"] <= 0.03
 
 
+@pytest.mark.slow  # LogisticRegressionCV takes tens of seconds on two cores
 @pytest.mark.parametrize(("name", "k"), [("snips_small", 1), ("snips_small", 5), ("hwu64_small", 3)])
 def test_fit_is_not_below_cross_validated_logistic_regression(spaces: dict[str, Any], name: str, k: int) -> None:
     from agent_tools.taxonomy.fit import Space, fit

@@ -25,7 +25,9 @@ def fit_command(
         ),
     ] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="embedding model (default: the tools')")] = None,
-    folds: Annotated[int, typer.Option(min=2, max=20, help="cross-validation folds (settings and held-out figures)")] = 5,
+    folds: Annotated[
+        int, typer.Option(min=2, max=20, help="cross-validation folds (settings and held-out figures)")
+    ] = 5,
     output: Annotated[Path | None, typer.Option(help="where to save (default: TAXONOMY's stem + .fit.npz)")] = None,
     tune: Annotated[
         bool,
