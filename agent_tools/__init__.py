@@ -21,9 +21,9 @@ if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers
     from agent_tools.registry import Tool as Tool
     from agent_tools.registry import ToolContext as ToolContext
     from agent_tools.taxonomy import ClassifyOptions as ClassifyOptions
-    from agent_tools.taxonomy_tree import Taxonomy as Taxonomy
-    from agent_tools.taxonomy_tree import build_taxonomy as build_taxonomy
-    from agent_tools.taxonomy_tree import load_taxonomy as load_taxonomy
+    from agent_tools.taxonomy.tree import Taxonomy as Taxonomy
+    from agent_tools.taxonomy.tree import build_taxonomy as build_taxonomy
+    from agent_tools.taxonomy.tree import load_taxonomy as load_taxonomy
     from agent_tools.text import count_tokens as count_tokens
     from agent_tools.tools import TOOLS as TOOLS
     from agent_tools.tools import get_tool as get_tool
@@ -49,9 +49,9 @@ _FROM = {
     "Tool": "agent_tools.registry",
     "ToolContext": "agent_tools.registry",
     "ToolSettings": "agent_tools.config",
-    "Taxonomy": "agent_tools.taxonomy_tree",
-    "load_taxonomy": "agent_tools.taxonomy_tree",
-    "build_taxonomy": "agent_tools.taxonomy_tree",
+    "Taxonomy": "agent_tools.taxonomy.tree",
+    "load_taxonomy": "agent_tools.taxonomy.tree",
+    "build_taxonomy": "agent_tools.taxonomy.tree",
     "ClassifyOptions": "agent_tools.taxonomy",
     "FilterOptions": "agent_tools.context_filter",
     "openai_tools": "agent_tools.functions",

@@ -39,7 +39,7 @@ class ModelBackend:
     """`embed`, `score` and `extract` over a shoal client, split into requests of at most `batch_size` items.
 
     Cheap to make: a tool call makes its own, so `calls` counts that call's model requests only. With `lora`,
-    every encode applies that adapter (a taxonomy's tuned encoder, agent_tools/taxonomy_tune.py).
+    every encode applies that adapter (a taxonomy's tuned encoder, agent_tools/taxonomy/tune.py).
     """
 
     def __init__(self, client: ShoalClient, batch_size: int = 256, lora: str | None = None) -> None:

@@ -34,8 +34,8 @@ def named_taxonomies(specs: list[str] | None) -> dict[str, Path]:
 def tuned_adapters(taxonomies: dict[str, Path]) -> list[Path]:
     """Where these taxonomies' tuned adapters live (`shoal taxonomy fit --tune`), whether or not one is there
     yet: a server allows them by path from the start, so a tuned fit that lands while it runs is served."""
-    from agent_tools.taxonomy_fit import fitted_path
-    from agent_tools.taxonomy_tune import adapter_folder
+    from agent_tools.taxonomy.fit import fitted_path
+    from agent_tools.taxonomy.tune import adapter_folder
 
     return [adapter_folder(fitted_path(p)) for p in taxonomies.values()]
 

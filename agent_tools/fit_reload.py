@@ -14,8 +14,8 @@ from agent_tools.errors import InvalidInput
 
 if TYPE_CHECKING:
     from agent_tools.backend import ModelBackend
-    from agent_tools.taxonomy_index import IndexCache, TaxonomyIndex
-    from agent_tools.taxonomy_tree import Taxonomy
+    from agent_tools.taxonomy.index import IndexCache, TaxonomyIndex
+    from agent_tools.taxonomy.tree import Taxonomy
 
 log = logging.getLogger("shoal.tools")
 Slot = tuple[str, str, str]  # (taxonomy name, model, taxonomy digest)
@@ -24,7 +24,7 @@ Version = tuple[int, ...]  # the fitted index's and its adapter's files (inode, 
 
 def version(fitted: Path) -> Version:
     """What changes whenever the fit or its adapter is rewritten: a retry is worth it only then."""
-    from agent_tools.taxonomy_tune import adapter_folder
+    from agent_tools.taxonomy.tune import adapter_folder
     from engine.catalogue.weights import adapter_signature
 
     try:

@@ -22,8 +22,8 @@ from agent_tools.backend import ModelBackend
 from agent_tools.config import ToolSettings
 from agent_tools.errors import InvalidInput, TaxonomyError
 from agent_tools.fit_reload import FitWatch
-from agent_tools.taxonomy_index import IndexCache, TaxonomyIndex
-from agent_tools.taxonomy_tree import Taxonomy, build_taxonomy, load_taxonomy
+from agent_tools.taxonomy.index import IndexCache, TaxonomyIndex
+from agent_tools.taxonomy.tree import Taxonomy, build_taxonomy, load_taxonomy
 
 if TYPE_CHECKING:
     from agent_tools.results import ToolResult
@@ -159,7 +159,7 @@ class ToolContext:
 
     def fitted_index(self, ref: TaxonomyRef) -> Path | None:
         """The fitted index saved beside a named taxonomy's file (`shoal taxonomy fit`), if there is one."""
-        from agent_tools.taxonomy_fit import fitted_path
+        from agent_tools.taxonomy.fit import fitted_path
 
         path = self.settings.taxonomies.get(ref) if isinstance(ref, str) else None
         if path is None:

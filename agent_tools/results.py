@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 if TYPE_CHECKING:
-    from agent_tools.taxonomy_tree import Taxonomy
+    from agent_tools.taxonomy.tree import Taxonomy
     from engine.tasks.results import Entity, JSONObject
 
 ModelCallCounts = dict[str, int]  # requests and items per task kind (agent_tools.backend.CallCount)

@@ -1,14 +1,12 @@
-"""Agent tools: taxonomy classification (beam search vs flat scoring of every leaf) and context-filter latency.
+"""Agent tools: taxonomy classification and context-filter latency.
 
 Taxonomy, on the example product taxonomy (401 nodes, 302 leaves, 335 labelled texts) and on a generated
-10,000-leaf tree, embeddings by all-MiniLM-L6-v2 in fp32 on CPU:
-  - texts/s end to end (one encode of the texts, then the search over the cached node vectors), and the
-    search alone (the part beam and flat do differently);
-  - model calls per text: encoded items, node vectors compared (dot products), cross-encoder pairs;
-  - with a cross-encoder rescoring each level's shortlist (beam) or every leaf (flat): a random-weight
-    cross-encoder of ms-marco-MiniLM-L-6 size (bench/crossencoder.py), so its speed is real and its scores
-    meaningless. Flat rescoring of the 10,000-leaf tree (10,000 pairs per text) is timed on a sample of pairs
-    and extrapolated; the table says so.
+tree (--big-leaves, 5,000 by default), embeddings by all-MiniLM-L6-v2 in fp32 on CPU:
+  - the index build (every node embedded once), its resident size (the arrays it holds);
+  - texts/s end to end (one encode of the texts, then the scorer over the cached node vectors), and ms per
+    text of the scorer and answer alone (in batches);
+  - with a cross-encoder rescoring the best 10 leaves: a random-weight cross-encoder of ms-marco-MiniLM-L-6
+    size (bench/crossencoder.py), so its speed is real and its scores meaningless.
 Context filter: latency of filter_context for 50 passages (MiniLM similarity; with sentence pruning; with the
 cross-encoder), against the bare model call on the same texts (the baseline, measured in the same run).
 Scaling: taxonomy parsing per node at 1k/10k/50k leaves and passage splitting per MB at 0.1/1/5 MB.
@@ -56,90 +54,52 @@ async def timed(coro: Any) -> tuple[Any, float]:
 async def bench_taxonomy(
     name: str, taxonomy: Any, texts: list[str], gold: list[str] | None, engine: Any, ce: str, ce_texts: int
 ) -> dict[str, Any]:
-    """Beam vs flat on one taxonomy: index build, throughput, work per text, accuracy, cross-encoder calls."""
+    """One taxonomy: index build, throughput end to end and of the scorer alone, the index's memory,
+    accuracy, cross-encoder calls."""
+    import tracemalloc
+
     from agent_tools.backend import ModelBackend
-    from agent_tools.taxonomy import ClassifyOptions, _answer, run_beam
-    from agent_tools.taxonomy_classify import classify, flat
-    from agent_tools.taxonomy_index import IndexCache
+    from agent_tools.taxonomy import ClassifyOptions
+    from agent_tools.taxonomy.classify import answer_chunks, classify
+    from agent_tools.taxonomy.index import IndexCache
 
     cache = IndexCache()
     backend = ModelBackend(engine)
+    tracemalloc.start()
     index, build_s = await timed(cache.get(taxonomy, backend, MINILM))
-    n_leaves = int(index.leaves.size)
-    opts = ClassifyOptions(threshold=0)
+    traced = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    opts = ClassifyOptions()
     queries, encode_s = await timed(ModelBackend(engine).embed(MINILM, texts, is_query=True))
-
     t0 = time.perf_counter()
-    searches = [run_beam(index, q, opts) for q in queries]
-    beam_answers = [_answer(s) for s in searches]
-    beam_search_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    flat_answers = await flat(index, texts, list(queries), opts, ModelBackend(engine))
-    flat_search_s = time.perf_counter() - t0
-
-    end_to_end = {}
-    for strategy in ("beam", "flat"):
-        b = ModelBackend(engine)
-        _, seconds = await timed(classify(texts, taxonomy, b, MINILM, ClassifyOptions(strategy=strategy), cache))
-        end_to_end[strategy] = {
-            "texts_per_s": len(texts) / seconds,
-            "encode_items_per_text": b.calls.encode_items / len(texts),
-        }
-
+    answers = answer_chunks(index, list(queries), opts)
+    score_s = time.perf_counter() - t0
+    b = ModelBackend(engine)
+    _, seconds = await timed(classify(texts, taxonomy, b, MINILM, opts, cache))
     row: dict[str, Any] = {
         "taxonomy": name,
         "nodes": len(taxonomy),
-        "leaves": n_leaves,
+        "leaves": int(index.leaves.size),
         "texts": len(texts),
         "index_build_s": build_s,
         "index_encode_items": backend.calls.encode_items,
+        "index_mb": index.nbytes / 1e6,
+        "index_build_traced_mb": traced / 1e6,
         "encode_texts_s": encode_s,
-        "beam": {
-            **end_to_end["beam"],
-            "search_only_texts_per_s": len(texts) / beam_search_s,
-            "dot_products_per_text": statistics.mean(s.dot_products for s in searches),
-        },
-        "flat": {
-            **end_to_end["flat"],
-            "search_only_texts_per_s": len(texts) / flat_search_s,
-            "dot_products_per_text": len(taxonomy) - 1,
-        },
+        "texts_per_s": len(texts) / seconds,
+        "encode_items_per_text": b.calls.encode_items / len(texts),
+        "score_ms_per_text": score_s / len(texts) * 1000,
     }
     if gold:
-        for key, answers in (("beam", beam_answers), ("flat", flat_answers)):
-            row[key]["top1_leaf_accuracy"] = float(
-                np.mean([a["label"] == g for a, g in zip(answers, gold, strict=True)])
-            )
-
+        row["top1_leaf_accuracy"] = float(
+            np.mean([a["best_leaf"]["label"] == g for a, g in zip(answers, gold, strict=True)])
+        )
     sample = texts[:ce_texts]
     b = ModelBackend(engine)
     _, seconds = await timed(
         classify(sample, taxonomy, b, MINILM, ClassifyOptions(rerank_model=ce, rerank_top=10), cache)
     )
-    row["beam_rerank"] = {
-        "texts_per_s": len(sample) / seconds,
-        "score_pairs_per_text": b.calls.score_pairs / len(sample),
-    }
-    flat_pairs = n_leaves
-    if flat_pairs <= 1000:
-        b = ModelBackend(engine)
-        _, seconds = await timed(
-            classify(sample, taxonomy, b, MINILM, ClassifyOptions(rerank_model=ce, strategy="flat"), cache)
-        )
-        row["flat_rerank"] = {
-            "texts_per_s": len(sample) / seconds,
-            "score_pairs_per_text": b.calls.score_pairs / len(sample),
-            "extrapolated": False,
-        }
-    else:  # every leaf of a big tree per text: time a sample of pairs and extrapolate
-        leaf_texts = [taxonomy.node_text(int(i)) for i in index.leaves[:500]]
-        b = ModelBackend(engine)
-        _, seconds = await timed(b.score(ce, sample[0], leaf_texts))
-        row["flat_rerank"] = {
-            "texts_per_s": 1 / (seconds * flat_pairs / len(leaf_texts)),
-            "score_pairs_per_text": flat_pairs,
-            "extrapolated": True,
-        }
+    row["rerank"] = {"texts_per_s": len(sample) / seconds, "score_pairs_per_text": b.calls.score_pairs / len(sample)}
     return row
 
 
@@ -179,7 +139,7 @@ async def bench_filter(engine: Any, ce: str, repeat: int) -> dict[str, Any]:
 
 def bench_scaling() -> dict[str, Any]:
     """Input paths stay linear: seconds per node of taxonomy parsing, per MB of passage splitting."""
-    from agent_tools.taxonomy_tree import build_taxonomy
+    from agent_tools.taxonomy.tree import build_taxonomy
     from agent_tools.text import split_passages
     from tests.agent_tools_support import generated_tree
 
@@ -235,37 +195,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.quality:
         from bench import context_quality, taxonomy_quality
 
-        out["taxonomy_quality"] = await taxonomy_quality.run(list(taxonomy_quality.SETS), [0, 1])
+        out["taxonomy_quality"] = await taxonomy_quality.run(list(taxonomy_quality.SETS), [1], 1)
         out["context_quality"] = await context_quality.run()
     return out
 
 
 def report(result: dict[str, Any]) -> None:
-    print(f"taxonomy classification, MiniLM fp32, {result['threads']} CPU threads (beam width 5, look-ahead 1 level)")
+    print(f"taxonomy classification, MiniLM fp32, {result['threads']} CPU threads (every leaf scored)")
     for r in result["taxonomy"]:
-        b, f = r["beam"], r["flat"]
+        acc = f", best-leaf top-1 {r['top1_leaf_accuracy']:.3f}" if "top1_leaf_accuracy" in r else ""
         print(
             f"\n{r['taxonomy']}: {r['nodes']:,} nodes, {r['leaves']:,} leaves, {r['texts']} texts;"
-            f" index built once in {r['index_build_s']:.1f}s ({r['index_encode_items']:,} node texts encoded)"
+            f" index built once in {r['index_build_s']:.1f}s ({r['index_encode_items']:,} node texts encoded),"
+            f" {r['index_mb']:.1f} MB resident ({r['index_build_traced_mb']:.1f} MB allocated by Python while built)"
         )
         print(
-            f"  {'':26s} {'texts/s':>9s} {'search-only/s':>14s} {'dot products/text':>18s} {'encoded/text':>13s} {'accuracy':>9s}"
-        )
-        for key, x in (("beam search", b), ("flat (every leaf)", f)):
-            acc = f"{x['top1_leaf_accuracy']:.3f}" if "top1_leaf_accuracy" in x else "-"
-            print(
-                f"  {key:26s} {x['texts_per_s']:9.1f} {x['search_only_texts_per_s']:14.0f} {x['dot_products_per_text']:18,.0f} {x['encode_items_per_text']:13.1f} {acc:>9s}"
-            )
-        print(
-            f"  beam/flat: {b['texts_per_s'] / f['texts_per_s']:.2f}x end to end, {b['search_only_texts_per_s'] / f['search_only_texts_per_s']:.1f}x search only,"
-            f" {f['dot_products_per_text'] / b['dot_products_per_text']:.1f}x fewer comparisons"
-        )
-        br, fr = r["beam_rerank"], r["flat_rerank"]
-        note = " (extrapolated from 500 timed pairs)" if fr["extrapolated"] else ""
-        print(
-            f"  with cross-encoder rescoring: beam {br['score_pairs_per_text']:.0f} pairs/text, {br['texts_per_s']:.2f} texts/s;"
-            f" flat {fr['score_pairs_per_text']:.0f} pairs/text, {fr['texts_per_s']:.3f} texts/s{note};"
-            f" beam/flat {br['texts_per_s'] / fr['texts_per_s']:.1f}x"
+            f"  {r['texts_per_s']:.1f} texts/s end to end (encode included), scorer and answer alone"
+            f" {r['score_ms_per_text']:.2f} ms/text{acc}; with cross-encoder rescoring of the best 10 leaves"
+            f" {r['rerank']['score_pairs_per_text']:.0f} pairs/text, {r['rerank']['texts_per_s']:.2f} texts/s"
         )
     f = result["filter"]
     print(f"\ncontext filter, {f['passages']} passages, median of {f['calls']} questions:")
@@ -298,7 +245,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--texts", type=int, default=335, help="labelled texts of the example taxonomy")
     ap.add_argument("--ce-texts", type=int, default=4, help="texts classified with cross-encoder rescoring")
-    ap.add_argument("--big-leaves", type=int, default=10_000)
+    ap.add_argument("--big-leaves", type=int, default=5_000)
     ap.add_argument("--filter-calls", type=int, default=10)
     ap.add_argument("--no-quality", dest="quality", action="store_false", help="skip the labelled-set figures")
     args = ap.parse_args()

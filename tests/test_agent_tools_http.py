@@ -170,7 +170,7 @@ class ScriptedChat:
         if turn == 1:  # first a call with a bad argument, to see the error come back
             message = self.call(
                 "classify_taxonomy",
-                {"texts": ["dreadnought guitar, solid spruce top"], "taxonomy": "products", "beam_width": 0},
+                {"texts": ["dreadnought guitar, solid spruce top"], "taxonomy": "products", "rerank_top": 0},
             )
         elif turn == 2:
             message = self.call(
@@ -229,5 +229,5 @@ def test_agent_loop_example_with_openai_tool_schemas(tmp_path: Path) -> None:
     for t in first["tools"]:
         jsonschema.Draft202012Validator.check_schema(t["function"]["parameters"])
     error = json.loads(chat.requests[1]["messages"][-1]["content"])  # the bad call's answer reached the model
-    assert error["detail"]["code"] == "INVALID_INPUT" and "beam_width" in error["detail"]["message"]
+    assert error["detail"]["code"] == "INVALID_INPUT" and "rerank_top" in error["detail"]["message"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]

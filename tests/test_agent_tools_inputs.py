@@ -13,7 +13,7 @@ import pytest
 import agent_tools
 from agent_tools.config import ToolSettings
 from agent_tools.errors import TaxonomyError
-from agent_tools.taxonomy_outside import off_topics
+from agent_tools.taxonomy.outside import off_topics
 from engine.errors import InvalidInput, PayloadTooLarge
 from tests.agent_tools_support import PRODUCTS, generated_tree
 
@@ -110,14 +110,13 @@ def test_a_50000_leaf_taxonomy_stays_fast(engine: Any, tiny_bert: Path, tmp_path
     assert first["model_calls"]["encode_items"] == 2 * 52_550 - 50 + 256 + len(off_topics()) + 1
     second, warm = call(texts)
     assert second["model_calls"]["encode_items"] == 100  # the node vectors are cached by the taxonomy's hash
-    _, flat_s = call(texts, strategy="flat")
     inline, inline_s = call(texts, taxonomy=tree)  # the same tree sent inline: parsed again, index reused
     assert inline["model_calls"]["encode_items"] == 100 and inline["taxonomy"]["leaves"] == 50_000
     deep = call(texts[:5], threshold=0)[0]["results"]
     assert all(r["is_leaf"] and len(r["path"]) == 3 for r in deep)
     print(
         f"\n50,000-leaf taxonomy (52,551 nodes, tiny BERT): load+validate {parsed:.2f}s; first call, building the"
-        f" index: {indexed:.1f}s; then 100 texts: {warm:.2f}s beam, {flat_s:.2f}s flat, {inline_s:.2f}s beam with"
+        f" index: {indexed:.1f}s; then 100 texts: {warm:.2f}s, {inline_s:.2f}s with"
         " the taxonomy sent inline (parsed per call)"
     )
 
@@ -145,8 +144,8 @@ def test_five_megabyte_texts_get_payload_too_large(engine: Any) -> None:
 def test_bad_arguments_in_python_get_clear_validation_errors(engine: Any) -> None:
     with pytest.raises(InvalidInput, match=r"classify_taxonomy: invalid arguments: texts: Field required"):
         agent_tools.classify_taxonomy(client=engine, taxonomy="products")
-    with pytest.raises(InvalidInput, match=r"beam_width: Input should be greater than or equal to 1"):
-        agent_tools.classify_taxonomy(client=engine, texts=["a"], taxonomy="x", beam_width=0)
+    with pytest.raises(InvalidInput, match=r"rerank_top: Input should be greater than or equal to 1"):
+        agent_tools.classify_taxonomy(client=engine, texts=["a"], taxonomy="x", rerank_top=0)
     with pytest.raises(InvalidInput, match=r"texts.0: String should have at least 1 character"):
         agent_tools.embed(client=engine, texts=[""])
     with pytest.raises(InvalidInput, match=r"colour: Extra inputs are not permitted"):

@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 
 from agent_tools.backend import ModelBackend
 from agent_tools.config import ToolSettings
-from agent_tools.taxonomy_fit import fit, fitted_path, read_labelled, save_fitted, taxonomy_examples
-from agent_tools.taxonomy_tree import load_taxonomy
-from agent_tools.taxonomy_tune import Pair, TuneOptions, Tuner, adapter_folder, tune_adapter
+from agent_tools.taxonomy.fit import fit, fitted_path, read_labelled, save_fitted, taxonomy_examples
+from agent_tools.taxonomy.tree import load_taxonomy
+from agent_tools.taxonomy.tune import Pair, TuneOptions, Tuner, adapter_folder, tune_adapter
 from tests.helpers import REPO, LiveServer
 
 DATA = REPO / "bench" / "data" / "taxonomy"

@@ -105,7 +105,7 @@ def test_tei_parameters_must_be_an_object(server: LiveServer) -> None:
 @pytest.mark.parametrize(
     ("tool", "args"),
     [
-        ("classify_taxonomy", {"texts": ["x"], "taxonomy": TAXONOMY, "none_score": "NaN"}),
+        ("classify_taxonomy", {"texts": ["x"], "taxonomy": TAXONOMY, "threshold": "NaN"}),
         ("filter_context", {"query": "q", "passages": ["a", "b"], "threshold": "NaN"}),
         ("filter_context", {"query": "q", "passages": ["a", "b"], "threshold": "Infinity"}),
     ],
@@ -128,7 +128,7 @@ def test_tool_options_refuse_nan_and_infinity_from_any_transport(value: float) -
     with pytest.raises(ValidationError):
         FilterOptions(threshold=value)
     with pytest.raises(ValidationError):
-        ClassifyOptions(none_score=value)
+        ClassifyOptions(threshold=value)
 
 
 def test_status_shows_no_server_paths(server: LiveServer) -> None:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from agent_tools.errors import check_count, check_text
 from agent_tools.registry import ToolContext, tool
 from agent_tools.taxonomy import ClassifyOptions
-from agent_tools.taxonomy_classify import classify_index
+from agent_tools.taxonomy.classify import classify_index
 
 if TYPE_CHECKING:
     from agent_tools.results import ClassifyResult, TaxonomyInfo

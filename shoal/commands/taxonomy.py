@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from agent_tools.taxonomy_fit import FitReport, FitResult
-    from agent_tools.taxonomy_tune import Encoder
+    from agent_tools.taxonomy.fit import FitReport, FitResult
+    from agent_tools.taxonomy.tune import Encoder
 
 app = typer.Typer(help="Taxonomies for classify_taxonomy: fit one to labelled texts.", no_args_is_help=True)
 
@@ -25,7 +25,9 @@ def fit_command(
         ),
     ] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="embedding model (default: the tools')")] = None,
-    folds: Annotated[int, typer.Option(min=2, max=20, help="cross-validation folds for the held-out figures")] = 5,
+    folds: Annotated[
+        int, typer.Option(min=2, max=20, help="cross-validation folds (settings and held-out figures)")
+    ] = 5,
     output: Annotated[Path | None, typer.Option(help="where to save (default: TAXONOMY's stem + .fit.npz)")] = None,
     tune: Annotated[
         bool,
@@ -50,8 +52,8 @@ def fit_command(
 
     from agent_tools.backend import ModelBackend
     from agent_tools.config import ToolSettings
-    from agent_tools.taxonomy_fit import fit, fitted_path, read_labelled, save_fitted, taxonomy_examples
-    from agent_tools.taxonomy_tree import load_taxonomy
+    from agent_tools.taxonomy.fit import fit, fitted_path, read_labelled, save_fitted, taxonomy_examples
+    from agent_tools.taxonomy.tree import load_taxonomy
 
     settings = ToolSettings()
     t = load_taxonomy(taxonomy, settings.max_taxonomy_nodes)
@@ -72,7 +74,7 @@ def fit_command(
                 async with AsyncClient(url, api_key=api_key) as client:
                     result = await fit(t, ModelBackend(client, settings.batch_size), name, rows, folds)
             else:
-                from agent_tools.taxonomy_tune import local_tuner
+                from agent_tools.taxonomy.tune import local_tuner
                 from engine.client.retry import RetryPolicy
                 from engine.runtime import AsyncEngine
 
@@ -117,7 +119,7 @@ def place_adapter(target: Path, result: FitResult) -> None:
     import shutil
 
     from agent_tools.adapter_files import place
-    from agent_tools.taxonomy_tune import adapter_folder
+    from agent_tools.taxonomy.tune import adapter_folder
 
     folder = adapter_folder(target)
     if result.lora is not None:
@@ -129,7 +131,7 @@ def place_adapter(target: Path, result: FitResult) -> None:
 
 def encoder_of(model: str) -> Encoder:
     """What tuning trains: the model's weights on this machine, its pooling and its input prefixes."""
-    from agent_tools.taxonomy_tune import Encoder
+    from agent_tools.taxonomy.tune import Encoder
     from engine.catalogue.catalogue import Catalogue
     from engine.catalogue.weights import resolve_weights
 

@@ -4,10 +4,10 @@ A node's own vector is the mean of two embeddings: its own text ("name: descript
 and the same text under its full path ("Roads > Parking > Illegal parking: ..."), so a name-only leaf
 still carries its parents' meaning. An internal node is represented by a prototype: its own vector mixed
 with the mean of its children's prototypes, so "Gaming" also looks like the consoles and controllers under
-it. Both live in one matrix `vectors`, row i for node i (the root's row is unused). An index fitted to
-labelled texts (`shoal taxonomy fit`, agent_tools/taxonomy_fit.py) replaces the leaf rows and the
-calibration, and is centred: every text and node vector has the labelled texts' mean taken off
-(`TaxonomyIndex.in_space`); it is read from the file saved beside the taxonomy.
+it. Both live in one matrix `vectors`, row i for node i (the root's row is unused). The cosine softmax
+temperature is measured on the taxonomy when the index is built (agent_tools/taxonomy/calibration.py). An
+index fitted to labelled texts (`shoal taxonomy fit`, agent_tools/taxonomy/fit.py) adds a head the scorer
+mixes in (agent_tools/taxonomy/scorer.py); it is read from the file saved beside the taxonomy.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING
 
 from agent_tools.adapter_files import check as check_adapter
 from agent_tools.errors import TaxonomyError
-from agent_tools.taxonomy_calibration import DEFAULT, REFERENCE_LEAVES, Calibration
-from agent_tools.taxonomy_tree import Taxonomy
+from agent_tools.taxonomy.calibration import REFERENCE_LEAVES, Calibration, none_bias, taxonomy_temperature
+from agent_tools.taxonomy.scorer import Head
+from agent_tools.taxonomy.tree import Taxonomy
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,10 +32,12 @@ if TYPE_CHECKING:
     from agent_tools.backend import ModelBackend
     from engine.tasks.results import JSONObject
 
-INDEX_VERSION = "own+path+proto0.5+outside/v3"  # part of the cache key: change it when the representation changes
+INDEX_VERSION = (
+    "own+path+proto0.5+outside+temperature/v4"  # part of the cache key: change it when the representation changes
+)
 SELF_WEIGHT = 0.5  # share of an internal node's own text in its prototype
 
-FORMAT = "shoal-taxonomy-fit/1"  # the fitted index file `shoal taxonomy fit` saves
+FORMAT = "shoal-taxonomy-fit/2"  # the fitted index file `shoal taxonomy fit` saves
 
 
 @dataclass(eq=False)
@@ -51,37 +54,20 @@ class TaxonomyIndex:
     size: np.ndarray  # subtree sizes: node i's subtree is i .. i + size[i] - 1
     parent: np.ndarray
     depth: np.ndarray
-    reference: np.ndarray  # the leaves every text is compared with for its score distribution
-    level: float = 0.0  # the taxonomy's own score level (agent_tools/taxonomy_calibration.py)
-    calibration: Calibration = DEFAULT
+    reference: np.ndarray  # the leaves whose names are the taxonomy's pseudo-queries
+    calibration: Calibration = Calibration()
     fitted: str | None = None  # the fitted index file this came from, None when zero-shot
-    outside: np.ndarray | None = None  # (k, dim) unit rows: general topics no node resembles (taxonomy_outside)
+    outside: np.ndarray | None = None  # (k, dim) unit rows: general topics no node resembles (outside.py)
     outside_names: tuple[str, ...] = ()
-    center: np.ndarray | None = None  # (dim,) fitted: the labelled texts' mean, taken off every text and node
+    head: Head | None = None  # fitted: the head the scorer mixes with the zero-shot logits
     lora: str | None = None  # fitted with a tuned encoder: the adapter folder every text is embedded with
-
-    def in_space(self, queries: np.ndarray) -> np.ndarray:
-        """Text vectors (one (dim,), or rows) as the index compares them: centred and unit when it is fitted."""
-        return queries if self.center is None else centered(queries, self.center)
 
     @property
     def nbytes(self) -> int:
         arrays = (self.vectors, self.child_ptr, self.child_idx, self.is_leaf, self.leaves, self.size)
         extra = self.outside.nbytes if self.outside is not None else 0
-        extra += self.center.nbytes if self.center is not None else 0
+        extra += self.head.coef.nbytes if self.head is not None else 0
         return sum(a.nbytes for a in arrays) + self.parent.nbytes + self.depth.nbytes + self.reference.nbytes + extra
-
-
-def centered(vectors: np.ndarray, center: np.ndarray) -> np.ndarray:
-    """unit(v - center) for a vector or each row; zero rows (the root's) stay zero."""
-    import numpy as np
-
-    out = (vectors - center).astype(np.float32)
-    norms = np.linalg.norm(out, axis=-1, keepdims=True)
-    out /= np.maximum(norms, 1e-12)
-    if vectors.ndim == 2:
-        out[~vectors.any(axis=1)] = 0.0
-    return out
 
 
 def own_text(t: Taxonomy, i: int) -> str:
@@ -163,59 +149,57 @@ async def node_vectors(t: Taxonomy, backend: ModelBackend, model: str) -> np.nda
 
 
 async def build_index(t: Taxonomy, backend: ModelBackend, model: str, own: np.ndarray | None = None) -> TaxonomyIndex:
-    """Embed every node once (batched through the engine), derive the prototypes and the taxonomy's level."""
+    """Embed every node once (batched through the engine), derive the prototypes, measure the temperature."""
     if own is None:
         own = await node_vectors(t, backend, model)
     arrays = structure(t)
     vectors = await asyncio.to_thread(prototypes, own, arrays)
-    index = make_index(t, model, vectors, arrays, 0.0, DEFAULT, None)
-    index.level = await asyncio.to_thread(level_in, index, await reference_names(index, backend))
-    return await with_outside(index, backend)
+    index = make_index(t, model, vectors, arrays, Calibration(), None)
+    names = await reference_names(index, backend)
+    index = await with_outside(index, backend)
+    index.calibration = await asyncio.to_thread(measured, index, names)
+    return index
 
 
 async def reference_names(index: TaxonomyIndex, backend: ModelBackend) -> np.ndarray:
-    """The bare names of the reference leaves, embedded as texts (what `level_in` compares)."""
+    """The bare names of the reference leaves, embedded as texts: the taxonomy's pseudo-queries."""
     return await backend.embed(index.model, [index.taxonomy.names[int(i)] for i in index.reference], is_query=True)
 
 
-def level_in(index: TaxonomyIndex, names: np.ndarray) -> float:
-    """The index's score level (`score_level`) in its own space, from the reference names' embeddings."""
-    return score_level(index.vectors, index.leaves, index.reference, index.in_space(names))
+def measured(index: TaxonomyIndex, names: np.ndarray) -> Calibration:
+    """The cosine temperature measured on the reference names (agent_tools/taxonomy/calibration.py)."""
+    import numpy as np
+
+    leaves = index.leaves
+    if leaves.size < 2:
+        return Calibration(source="one leaf: nothing to measure")
+    own = np.searchsorted(leaves, index.reference)
+    parents = [int(index.parent[int(r)]) for r in index.reference]
+    under = [np.arange(*np.searchsorted(leaves, [p, p + int(index.size[p])])) for p in parents]
+    is_top = np.array([p == 0 for p in parents])
+    sims = names @ index.vectors[leaves].T
+    temperature = taxonomy_temperature(sims, own, under, is_top)
+    outside = (names @ index.outside.T).max(axis=1) if index.outside is not None and len(index.outside) else sims[:0, 0]
+    bias = none_bias(sims, own, outside, temperature)
+    return Calibration(temperature, bias, f"measured on {len(own)} of its {len(leaves)} leaf names")
 
 
 async def with_outside(index: TaxonomyIndex, backend: ModelBackend) -> TaxonomyIndex:
-    """The index with the general topics that compete with its leaves (agent_tools/taxonomy_outside.py)."""
-    from agent_tools.taxonomy_outside import outside_topics
+    """The index with the general topics that compete with its leaves (agent_tools/taxonomy/outside.py)."""
+    from agent_tools.taxonomy.outside import outside_topics
 
-    vectors, names = await outside_topics(backend, index.model, index.vectors[1:], index.in_space)
+    vectors, names = await outside_topics(backend, index.model, index.vectors[1:])
     index.outside, index.outside_names = vectors, tuple(names)
     return index
 
 
-def score_level(vectors: np.ndarray, leaves: np.ndarray, reference: np.ndarray, names: np.ndarray) -> float:
-    """Mean over the reference leaves of how close the leaf's bare name (as a query) comes to the best other
-    leaf: the score an in-domain text reaches without fitting any leaf. Linear in the leaves."""
-    import numpy as np
-
-    sims = names @ vectors[leaves].T  # (reference, leaves)
-    sims[np.arange(reference.size), np.searchsorted(leaves, reference)] = -np.inf
-    return float(sims.max(axis=1).mean()) if leaves.size > 1 else 0.0
-
-
 def index_from(
-    t: Taxonomy,
-    model: str,
-    own: np.ndarray,
-    level: float,
-    calibration: Calibration,
-    fitted: str | None,
-    center: np.ndarray | None = None,
+    t: Taxonomy, model: str, own: np.ndarray, calibration: Calibration, fitted: str | None, head: Head | None = None
 ) -> TaxonomyIndex:
-    """An index from given own vectors (a fitted index's rows, already centred on `center` when one is
-    given), level and calibration."""
+    """An index from given own vectors, calibration and (fitted) head."""
     arrays = structure(t)
-    index = make_index(t, model, prototypes(own, arrays), arrays, level, calibration, fitted)
-    index.center = center
+    index = make_index(t, model, prototypes(own, arrays), arrays, calibration, fitted)
+    index.head = head
     return index
 
 
@@ -224,14 +208,13 @@ def make_index(
     model: str,
     vectors: np.ndarray,
     arrays: dict[str, np.ndarray],
-    level: float,
     calibration: Calibration,
     fitted: str | None,
 ) -> TaxonomyIndex:
     a = arrays
     return TaxonomyIndex(
         t, model, vectors, a["child_ptr"], a["child_idx"], a["is_leaf"], a["leaves"], a["size"], a["parent"],
-        a["depth"], a["reference"], level, calibration, fitted,
+        a["depth"], a["reference"], calibration, fitted,
     )  # fmt: skip
 
 
@@ -296,7 +279,7 @@ class IndexCache:
 
 
 def read_meta(path: Path) -> JSONObject:
-    """The JSON saved with a fitted index (agent_tools.taxonomy_fit.FittedMeta), checked field by field by
+    """The JSON saved with a fitted index (agent_tools.taxonomy.fit.FittedMeta), checked field by field by
     the caller."""
     import numpy as np
 
@@ -323,15 +306,18 @@ def load_fitted(path: Path, t: Taxonomy, model: str) -> TaxonomyIndex:
         )
     if meta["model"] != model:
         raise TaxonomyError(f"fitted index {path} was fitted for model {meta['model']!r}, not {model!r}")
-    with np.load(path, allow_pickle=False) as z:
-        own, values, level = z["own"], z["calibration"].tolist(), float(z["level"])
-        center = z["center"] if "center" in z.files else None  # files saved before centring have none
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            own, (temperature, bias) = z["own"], z["calibration"].tolist()
+            coef, intercept, classes, mixing = z["coef"], z["intercept"], z["classes"], z["mix"].tolist()
+    except KeyError:
+        raise TaxonomyError(f"fitted index {path} is from an older version; run `shoal taxonomy fit` again") from None
     if own.shape[0] != len(t):
         raise TaxonomyError(f"fitted index {path} has {own.shape[0]} rows for a taxonomy of {len(t)} nodes")
-    if center is not None and center.shape != own.shape[1:]:
-        raise TaxonomyError(f"fitted index {path} has a centre of shape {center.shape} for {own.shape[1]} dims")
-    calibration = Calibration.from_list(values, str(meta["source"]))
-    index = index_from(t, model, own, level, calibration, str(path), center)
+    if coef.shape != (classes.size, own.shape[1]) or intercept.shape != classes.shape or len(mixing) != 3:
+        raise TaxonomyError(f"fitted index {path} has a head of shape {coef.shape} for {own.shape[1]} dims")
+    head = Head(coef, intercept, classes.astype(np.int64), *(float(v) for v in mixing))
+    index = index_from(t, model, own, Calibration(temperature, bias, str(meta["source"])), str(path), head)
     if meta.get("lora"):
         adapter = (path.parent / str(meta["lora"])).resolve()
         if not (adapter / "adapter_config.json").is_file():

@@ -11,7 +11,6 @@ The list and SAME_TOPIC were written and chosen on bench/data/taxonomy/support o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING
@@ -31,17 +30,12 @@ def off_topics() -> tuple[str, ...]:
     return tuple(line.strip() for line in text.splitlines() if line.strip())
 
 
-async def outside_topics(
-    backend: ModelBackend, model: str, nodes: np.ndarray, in_space: Callable[[np.ndarray], np.ndarray] | None = None
-) -> tuple[np.ndarray, list[str]]:
-    """(unit vectors, names) of the general topics no node of the taxonomy resembles. nodes: (n, dim) unit
-    rows in the index's space; `in_space` maps the topics' embeddings into it (a fitted index is centred)."""
+async def outside_topics(backend: ModelBackend, model: str, nodes: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """(unit vectors, names) of the general topics no node of the taxonomy resembles. nodes: (n, dim) unit rows."""
     import numpy as np
 
     names = list(off_topics())
     vectors = (await backend.embed(model, names)).astype(np.float32)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    if in_space is not None:
-        vectors = in_space(vectors)
     keep = (vectors @ nodes.T).max(axis=1) < SAME_TOPIC if nodes.size else np.ones(len(names), dtype=bool)
     return vectors[keep], [n for n, k in zip(names, keep.tolist(), strict=True) if k]
