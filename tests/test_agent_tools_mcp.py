@@ -31,7 +31,10 @@ async def exercise(client: Any) -> None:
     r = await client.call_tool("classify_taxonomy", {"texts": texts, "taxonomy": "products"})
     assert not r.is_error
     labels = [x["label"] for x in r.structured_content["results"]]
-    assert labels == ["Electronics > Audio > Headphones", "Baby > Nappies & changing > Nappies", ""]
+    # the transport's job; what the scorer answers an out-of-scope text is tested in-process
+    # (tests/test_agent_tools_taxonomy_scorer.py)
+    assert labels[:2] == ["Electronics > Audio > Headphones", "Baby > Nappies & changing > Nappies"]
+    assert len(labels) == 3
     assert r.content[0].type == "text" and "Headphones" in r.content[0].text
     passages = ["Riders must be at least 16 years old.", "Bikes are serviced monthly.", "E-bikes cost more."]
     r = await client.call_tool("filter_context", {"query": "How old do riders have to be?", "passages": passages})
