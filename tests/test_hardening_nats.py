@@ -49,7 +49,8 @@ async def test_a_task_whose_answer_was_lost_is_sent_again_after_the_reconnect(ns
     from engine.queue.nats.queue import NatsQueue
     from engine.tasks.task import EncodeParams, Task, TaskItem
 
-    settings = EngineSettings(queue_url=ns.url)
+    # the task is published even before the gateway's roll call has seen the worker that just connected
+    settings = EngineSettings(queue_url=ns.url, queue_worker_wait_s=30)
     gw = await NatsQueue.connect(settings, gateway=True, worker=False)
     wq = await NatsQueue.connect(settings, gateway=False, worker=True)
     try:
