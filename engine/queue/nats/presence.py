@@ -17,7 +17,7 @@ from engine.aio import cancel_and_wait
 from engine.queue.nats.connection import NATS_ERRORS
 
 PRESENCE = "shoal.presence"  # a roll call; each worker replies {"tokens": [...] or null}
-ROLL_S = 0.3  # how long a roll call collects answers
+ROLL_S = 1.0  # how long a roll call collects answers at most (it ends at the first that covers the model asked)
 KEPT_S = 5.0  # how long a roll call's answer is trusted for a model it covers
 RETRY_S = 1.0  # at most one roll call this often for a model none covered
 
@@ -47,7 +47,7 @@ class Roll:
         self._refresh: asyncio.Task[None] | None = None
 
     def covers(self, token: str) -> bool:
-        return any(p is None or token in p for p in self.pools)
+        return self._covered(self.pools, token)
 
     async def serves(self, token: str) -> bool:
         """Whether some worker pulls this model's subject. A model the last roll call covered: yes at once (a
@@ -64,7 +64,7 @@ class Roll:
         async with self._lock:
             if loop.time() - self._at >= RETRY_S:  # not called by another request meanwhile
                 try:
-                    await self.call()
+                    await self.call(token)
                 except NATS_ERRORS:
                     return True
         return self.covers(token)
@@ -77,11 +77,12 @@ class Roll:
         if self._refresh is not None:
             await cancel_and_wait([self._refresh])
 
-    async def call(self) -> int:
-        """Call the roll now; the number of workers that answered."""
+    async def call(self, want: str | None = None) -> int:
+        """Call the roll now; the number of workers that answered (by ROLL_S, or until one covers `want`)."""
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox)
         pools: list[frozenset[str] | None] = []
+        complete = True
         try:
             await self.nc.publish(PRESENCE, b"", reply=inbox)
             loop = asyncio.get_running_loop()
@@ -94,8 +95,18 @@ class Roll:
                 with contextlib.suppress(ValueError, TypeError):
                     tokens = json.loads(msg.data)["tokens"]
                     pools.append(None if tokens is None else frozenset(str(t) for t in tokens))
+                if want is not None and self._covered(pools, want):
+                    complete = False  # the model asked about is served: the rest of the roll is not awaited
+                    break
         finally:
             with contextlib.suppress(*NATS_ERRORS):
                 await sub.unsubscribe()
-        self.pools, self._at = pools, asyncio.get_running_loop().time()
+        if complete:
+            self.pools, self._at = pools, asyncio.get_running_loop().time()
+        else:  # a partial roll only adds (another model's workers may not have answered yet); not timed
+            self.pools = [*self.pools, *pools]
         return len(pools)
+
+    @staticmethod
+    def _covered(pools: list[frozenset[str] | None], token: str) -> bool:
+        return any(p is None or token in p for p in pools)
