@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, TypedDict
 
 from agent_tools.errors import InvalidInput
 from agent_tools.taxonomy.calibration import Calibration, best_scale, expected_calibration_error, subtree_nll
+from agent_tools.taxonomy.head import Head
 from agent_tools.taxonomy.index import FORMAT, TaxonomyIndex, build_index, index_from, node_vectors
 from agent_tools.taxonomy.options import ClassifyOptions
-from agent_tools.taxonomy.scorer import NEVER, Head, decide, mix
+from agent_tools.taxonomy.scorer import NEVER, decide, mix
 from agent_tools.taxonomy.tree import Taxonomy
 from agent_tools.taxonomy.tune import Pair, Tuner, adapter_folder
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from agent_tools.adapter_files import check as check_adapter
 from agent_tools.errors import TaxonomyError
 from agent_tools.taxonomy.calibration import REFERENCE_LEAVES, Calibration, none_bias, taxonomy_temperature
-from agent_tools.taxonomy.scorer import Head
+from agent_tools.taxonomy.head import Head
 from agent_tools.taxonomy.tree import Taxonomy
 
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ that much probability.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agent_tools.results import leaf_out, node_out
@@ -28,18 +27,6 @@ if TYPE_CHECKING:
     from agent_tools.taxonomy.options import ClassifyOptions
 
 NEVER = -1e30  # the logit of an option that cannot win (kept finite so softmaxes stay defined)
-
-
-@dataclass(frozen=True)
-class Head:
-    """A fitted logistic-regression head and how it mixes with the zero-shot logits."""
-
-    coef: np.ndarray  # (classes, dim)
-    intercept: np.ndarray  # (classes,)
-    classes: np.ndarray  # the node of each class; 0: fits nothing
-    prior: float  # weight of the zero-shot logits
-    unseen: float  # added to the zero-shot logit of a leaf without labelled texts
-    scale: float  # every logit times this (the calibration)
 
 
 def cosines(vectors: np.ndarray, queries: list[np.ndarray]) -> np.ndarray:

@@ -21,7 +21,7 @@ from engine.client.calls import (
     ScoreResult,
 )
 from engine.client.http import AsyncClient, ClientOptions
-from engine.client.loop import EXIT_PATIENCE_S, Closable, LoopThread, close_at_exit, forget
+from engine.client.loop import EXIT_PATIENCE_S, LoopThread, close_at_exit, forget
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -103,7 +103,7 @@ class LoopBridge(ModelCalls):
         """Nothing: the facade owns the core, and its `close()` stops it."""
 
 
-class SyncFacade(Closable, Generic[C]):
+class SyncFacade(Generic[C]):
     """Blocking encode / score / extract / models over an async core (AsyncEngine or AsyncClient) made on the loop
     thread; `aio` is the same core for async callers (the pipeline, the agent tools) on any other event loop.
 
